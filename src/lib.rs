@@ -1,1 +1,2 @@
-pub fn placeholder() {}
+//! formwork: constrained decoding for JSON Schema.
+pub mod cli;

@@ -1,0 +1,44 @@
+//! The clap command line. Only this module knows clap. Each subcommand lives in a
+//! file of its own with its `Args` struct and a `run` that returns the exit code.
+//!
+//! Exit codes, for every subcommand: 0 success (or "valid"), 1 a result was
+//! produced but is invalid / refused, 2 an error (bad input, missing model, ...).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub mod compile;
+pub mod generate;
+pub mod models;
+pub mod validate;
+
+#[derive(Parser, Debug)]
+#[command(name = "formwork", version, about = "Constrained decoding: JSON Schema -> token masks -> valid output")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Generate text with a model (no constraint).
+    Generate(generate::GenerateArgs),
+    /// List or fetch the models formwork knows.
+    Models(models::ModelsArgs),
+    /// Validate a JSON text against a schema (and its x-formwork-rules).
+    Validate(validate::ValidateArgs),
+    /// Compile a schema into a token automaton; report size, time or the unsupported keyword.
+    Compile(compile::CompileArgs),
+}
+
+/// Parse the command line and run the subcommand.
+pub fn main() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Generate(a) => generate::run(a),
+        Command::Models(a) => models::run(a),
+        Command::Validate(a) => validate::run(a),
+        Command::Compile(a) => compile::run(a),
+    }
+}
