@@ -1,1 +1,10 @@
-pub fn placeholder() {}
+//! formwork-grammar: JSON Schema -> token masks. Pure: no I/O, no model runtime.
+//!
+//! (The pipeline narrative is written as the pieces land.)
+
+pub mod automaton;
+pub mod compile;
+pub mod matcher;
+pub mod toktrie;
+
+pub use automaton::ByteAutomaton;

@@ -1,0 +1,30 @@
+//! The contract between the schema compiler and the token machinery.
+//!
+//! The compiler (`compile`) produces something that steps over *bytes*. The token
+//! side (`toktrie`, `matcher`) knows nothing about JSON Schema: it walks the token
+//! trie with `step`, interns states, caches transitions and masks, and computes
+//! forced continuations and budget-aware steering from `shortest_completion`.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+
+/// A deterministic byte-level recogniser of the valid instances of one schema.
+///
+/// Invariants every implementation keeps:
+/// - `step` returns `None` exactly when no valid instance has the bytes read so far
+///   followed by `b` as a prefix (no dead ends: every state reachable through `step`
+///   can still reach acceptance).
+/// - `is_accepting(s)` is true exactly when the bytes read so far are a complete
+///   valid instance.
+/// - `shortest_completion(s)` is a shortest byte string leading from `s` to an
+///   accepting state (empty if `s` accepts).
+pub trait ByteAutomaton: Send + Sync {
+    /// The state after some bytes. Small and cheap to clone for flat schemas;
+    /// may carry a stack for recursive ones.
+    type State: Clone + Eq + Hash + Debug + Send + Sync;
+
+    fn start(&self) -> Self::State;
+    fn step(&self, s: &Self::State, b: u8) -> Option<Self::State>;
+    fn is_accepting(&self, s: &Self::State) -> bool;
+    fn shortest_completion(&self, s: &Self::State) -> Vec<u8>;
+}
