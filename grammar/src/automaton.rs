@@ -27,4 +27,15 @@ pub trait ByteAutomaton: Send + Sync {
     fn step(&self, s: &Self::State, b: u8) -> Option<Self::State>;
     fn is_accepting(&self, s: &Self::State) -> bool;
     fn shortest_completion(&self, s: &Self::State) -> Vec<u8>;
+
+    /// Optional acceleration hint for the mask computation (a "slice" in llguidance's
+    /// terms). `Some(n)` promises: from `s`, every byte string that is a concatenation
+    /// of k <= n whole *plain* characters is accepted by `step` (never `None`), where a
+    /// plain character is a Unicode scalar value other than `"`, `\\` and
+    /// U+0000..=U+001F, encoded as UTF-8. `Some(u32::MAX)` means no limit. The token
+    /// side may then allow every plain token of at most n characters without walking
+    /// it. `None` (the default) promises nothing.
+    fn plain_chars_allowed(&self, _s: &Self::State) -> Option<u32> {
+        None
+    }
 }
