@@ -1,2 +1,3 @@
 //! formwork: constrained decoding for JSON Schema.
 pub mod cli;
+pub mod validate;

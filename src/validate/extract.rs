@@ -1,0 +1,183 @@
+//! Tolerant extraction for free decoding: the first balanced JSON object or array in a text.
+//!
+//! A model left unconstrained says "Ecco il risultato: {...}" or wraps its answer in a
+//! markdown fence. [`extract_json`] finds the value and says what it had to strip, so the
+//! caller can report it (a constrained run never needs this).
+//!
+//! 1. If the text has a markdown fence (```` ``` ```` with an optional info string such as
+//!    `json`), the search runs inside the first fenced block.
+//! 2. From each `{` or `[` in turn, a scan finds the matching closer, skipping over string
+//!    literals (so braces inside `"sotto la soglia {10}"` do not count) and their escapes.
+//! 3. The first balanced span that parses as JSON wins. When none parses, the first balanced
+//!    span is returned anyway, so the caller reports its parse error; when none is balanced
+//!    (a truncated answer), there is nothing to extract.
+//!
+//! At most [`MAX_STARTS`] start positions are tried, so a hostile text full of brackets costs
+//! linear time, not quadratic.
+
+/// How many `{` / `[` positions are tried before giving up.
+pub const MAX_STARTS: usize = 64;
+
+/// What [`extract_json`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extracted {
+    /// The JSON text of the value, exactly as it appears in the input.
+    pub value_text: String,
+    /// A markdown fence was removed.
+    pub stripped_fence: bool,
+    /// Text other than whitespace (and the fence) surrounded the value.
+    pub had_surrounding_text: bool,
+}
+
+/// Find the first balanced JSON object or array in `text` (see the module documentation).
+pub fn extract_json(text: &str) -> Option<Extracted> {
+    let (region, region_start, stripped_fence) = match fenced_block(text) {
+        Some((start, end)) => (&text[start..end], start, true),
+        None => (text, 0, false),
+    };
+    let bytes = region.as_bytes();
+    let mut first_balanced: Option<(usize, usize)> = None;
+    let mut found: Option<(usize, usize)> = None;
+    let mut tried = 0;
+    let mut i = 0;
+    while i < bytes.len() && tried < MAX_STARTS {
+        if bytes[i] == b'{' || bytes[i] == b'[' {
+            tried += 1;
+            match balanced_end(bytes, i) {
+                Some(end) => {
+                    let span = &region[i..end];
+                    if first_balanced.is_none() {
+                        first_balanced = Some((i, end));
+                    }
+                    if serde_json::from_str::<serde::de::IgnoredAny>(span).is_ok() {
+                        found = Some((i, end));
+                        break;
+                    }
+                }
+                None => {
+                    // Nothing after an unbalanced opener can close at this level either; a
+                    // later opener may still start a complete value.
+                }
+            }
+        }
+        i += 1;
+    }
+    let (s, e) = found.or(first_balanced)?;
+    let before = &text[..region_start + s];
+    let after = &text[region_start + e..];
+    let outside_fence = |t: &str| t.replace("```", " ");
+    let had_surrounding_text = if stripped_fence {
+        // Inside the fence: anything other than whitespace around the value; outside: any
+        // text other than the fence markers and the info string line.
+        let inner_before = &region[..s];
+        let inner_after = &region[e..];
+        let fence_open = &text[..region_start];
+        let open_line = fence_open.rfind("```").map_or("", |p| &fence_open[..p]);
+        let close = &text[region_start + region.len()..];
+        let close_rest = close.strip_prefix("```").unwrap_or(close);
+        !inner_before.trim().is_empty()
+            || !inner_after.trim().is_empty()
+            || !outside_fence(open_line).trim().is_empty()
+            || !close_rest.trim().is_empty()
+    } else {
+        !before.trim().is_empty() || !after.trim().is_empty()
+    };
+    Some(Extracted {
+        value_text: text[region_start + s..region_start + e].to_string(),
+        stripped_fence,
+        had_surrounding_text,
+    })
+}
+
+/// The byte range of the first fenced block's content: after the opening fence's line
+/// (```` ``` ```` plus an optional info string) up to the closing ```` ``` ````.
+fn fenced_block(text: &str) -> Option<(usize, usize)> {
+    let open = text.find("```")?;
+    let after_ticks = open + 3;
+    // The info string runs to the end of the line; the content starts on the next line. A
+    // fence with the value on the same line (```{"a":1}```) starts right after the ticks.
+    let rest = &text[after_ticks..];
+    let content_start = match rest.find('\n') {
+        Some(nl) if !rest[..nl].contains(['{', '[']) => after_ticks + nl + 1,
+        _ => after_ticks,
+    };
+    let close = text[content_start..].find("```")? + content_start;
+    Some((content_start, close))
+}
+
+/// From an opener at `start`, the index just past its matching closer, skipping strings.
+/// `None` when the brackets never balance or a closer does not match its opener.
+fn balanced_end(bytes: &[u8], start: usize) -> Option<usize> {
+    let mut stack: Vec<u8> = Vec::new();
+    let mut i = start;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    if bytes[i] == b'\\' {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                if i >= bytes.len() {
+                    return None;
+                }
+            }
+            b'{' => stack.push(b'}'),
+            b'[' => stack.push(b']'),
+            c @ (b'}' | b']') => {
+                if stack.pop() != Some(c) {
+                    return None;
+                }
+                if stack.is_empty() {
+                    return Some(i + 1);
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_object_after_text() {
+        let e = extract_json("Ecco il risultato: {\"a\": 1} grazie").unwrap();
+        assert_eq!(e.value_text, "{\"a\": 1}");
+        assert!(!e.stripped_fence);
+        assert!(e.had_surrounding_text);
+    }
+
+    #[test]
+    fn strips_a_fence() {
+        let e = extract_json("```json\n{\"a\": [1, 2]}\n```").unwrap();
+        assert_eq!(e.value_text, "{\"a\": [1, 2]}");
+        assert!(e.stripped_fence);
+        assert!(!e.had_surrounding_text);
+        let e = extract_json("Here:\n```json\n{\"a\": 1}\n```\nbye").unwrap();
+        assert!(e.stripped_fence && e.had_surrounding_text);
+    }
+
+    #[test]
+    fn braces_in_strings_do_not_count() {
+        let e = extract_json("R: {\"m\": \"sotto {10} ma \\\"}\\\" e ]\"} fine.").unwrap();
+        assert_eq!(e.value_text, "{\"m\": \"sotto {10} ma \\\"}\\\" e ]\"}");
+    }
+
+    #[test]
+    fn skips_a_bracketed_aside_that_is_not_json() {
+        let e = extract_json("Vedi [nota]: {\"a\": 1}").unwrap();
+        assert_eq!(e.value_text, "{\"a\": 1}");
+    }
+
+    #[test]
+    fn nothing_balanced_is_none() {
+        assert_eq!(extract_json("{\"a\": 1"), None);
+        assert_eq!(extract_json("no json here"), None);
+    }
+}
