@@ -34,6 +34,46 @@ pub const INPUT_CUT: usize = 50;
 /// `extra_forbidden` per unexpected key), appended to `out`. `root` is the validated
 /// instance, used to tell array indices from object keys in the location.
 pub fn map_error(err: &ValidationError<'_>, root: &Value, out: &mut Vec<LineError>) {
+    map_error_at(err, root, out, 0)
+}
+
+/// How many `anyOf`/`oneOf` levels are looked into for a best match; deeper unions give one
+/// `any_of`/`one_of` error. Bounds the recursion (and the stack) whatever the instance.
+const MAX_UNION_DEPTH: usize = 16;
+
+fn map_error_at(
+    err: &ValidationError<'_>,
+    root: &Value,
+    out: &mut Vec<LineError>,
+    union_depth: usize,
+) {
+    if let K::AnyOf { context } | K::OneOfNotValid { context } = err.kind() {
+        let keyword = if matches!(err.kind(), K::AnyOf { .. }) {
+            "any_of"
+        } else {
+            "one_of"
+        };
+        let pointer = err.instance_path().to_string();
+        let loc = loc_from_pointer(root, &pointer);
+        let schema_path = err.schema_path().to_string();
+        map_union(
+            keyword,
+            context,
+            &loc,
+            &schema_path,
+            err.instance(),
+            root,
+            out,
+            union_depth,
+        );
+        return;
+    }
+    map_leaf(err, root, out)
+}
+
+/// Every kind but the unions: no recursion except `propertyNames`' single inner error.
+#[inline(never)]
+fn map_leaf(err: &ValidationError<'_>, root: &Value, out: &mut Vec<LineError>) {
     let pointer = err.instance_path().to_string();
     let loc = loc_from_pointer(root, &pointer);
     let schema_path = err.schema_path().to_string();
@@ -309,13 +349,8 @@ pub fn map_error(err: &ValidationError<'_>, root: &Value, out: &mut Vec<LineErro
                 out.push(e);
             }
         }
-        K::AnyOf { context } | K::OneOfNotValid { context } => {
-            let keyword = if matches!(err.kind(), K::AnyOf { .. }) {
-                "any_of"
-            } else {
-                "one_of"
-            };
-            map_union(keyword, context, &loc, &schema_path, instance, root, out);
+        K::AnyOf { .. } | K::OneOfNotValid { .. } => {
+            unreachable!("unions are mapped by map_error_at")
         }
         K::OneOfMultipleValid { .. } => out.push(line(
             loc,
@@ -363,6 +398,7 @@ pub fn map_error(err: &ValidationError<'_>, root: &Value, out: &mut Vec<LineErro
 /// 2. some branches accept the value's shape and fail deeper: the errors of the one among them
 ///    with the fewest errors (the best match, as pydantic's tagged unions would pick);
 /// 3. otherwise one `any_of` / `one_of` error.
+#[allow(clippy::too_many_arguments)]
 fn map_union(
     keyword: &str,
     context: &[Vec<ValidationError<'static>>],
@@ -371,14 +407,17 @@ fn map_union(
     instance: &Value,
     root: &Value,
     out: &mut Vec<LineError>,
+    union_depth: usize,
 ) {
     let mut branch_lines: Vec<Vec<LineError>> = Vec::with_capacity(context.len());
-    for branch in context {
-        let mut lines = Vec::new();
-        for e in branch {
-            map_error(e, root, &mut lines);
+    if union_depth < MAX_UNION_DEPTH {
+        for branch in context {
+            let mut lines = Vec::new();
+            for e in branch {
+                map_error_at(e, root, &mut lines, union_depth + 1);
+            }
+            branch_lines.push(lines);
         }
-        branch_lines.push(lines);
     }
     let shallow = |lines: &Vec<LineError>| {
         lines.len() == 1
@@ -561,17 +600,23 @@ pub fn json_type_name(v: &Value) -> &'static str {
 /// its first 47 characters and `...`; an array or object keeps its first members while the
 /// compact JSON stays within the limit, then a `"..."` member (key `"..."` for objects).
 pub fn cut_input(v: &Value) -> Value {
-    cut_value(v, INPUT_CUT)
+    cut_value(v, INPUT_CUT, 0)
 }
 
-fn cut_value(v: &Value, budget: usize) -> Value {
+/// Containers deeper than this inside an input are shown as `"..."`.
+const CUT_DEPTH: usize = 8;
+
+fn cut_value(v: &Value, budget: usize, depth: usize) -> Value {
+    if depth >= CUT_DEPTH && matches!(v, Value::Array(_) | Value::Object(_)) {
+        return Value::String("...".into());
+    }
     match v {
         Value::String(s) => Value::String(cut_text(s, budget)),
         Value::Array(items) => {
             let mut kept = Vec::new();
             let mut used = 2;
             for (i, item) in items.iter().enumerate() {
-                let c = cut_value(item, budget.saturating_sub(used).max(8));
+                let c = cut_value(item, budget.saturating_sub(used).max(8), depth + 1);
                 let len = compact_len(&c) + 1;
                 if used + len > budget && i > 0 || used + len > budget * 2 {
                     kept.push(Value::String("...".into()));
@@ -587,7 +632,11 @@ fn cut_value(v: &Value, budget: usize) -> Value {
             let mut used = 2;
             for (i, (k, item)) in map.iter().enumerate() {
                 let key = cut_text(k, budget);
-                let c = cut_value(item, budget.saturating_sub(used + key.len()).max(8));
+                let c = cut_value(
+                    item,
+                    budget.saturating_sub(used + key.len()).max(8),
+                    depth + 1,
+                );
                 let len = compact_len(&c) + key.len() + 4;
                 if used + len > budget && i > 0 || used + len > budget * 2 {
                     kept.insert("...".into(), Value::String("...".into()));

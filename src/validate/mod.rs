@@ -506,11 +506,43 @@ pub fn check(schema: &Value, text: &str) -> Result<Verdict, SchemaError> {
 }
 
 /// Options shared by both compiled validators: the draft, formats asserted, no retrieval.
-fn base_options(draft: Draft) -> jsonschema::ValidationOptions<'static> {
-    jsonschema::options()
+///
+/// `duration` and `uuid` entered JSON Schema in 2019-09, so jsonschema treats them as unknown
+/// (not checked) under drafts 4 to 7; the issue wants them asserted in every draft, so under
+/// those drafts they are registered with jsonschema's own 2020-12 checks.
+pub(crate) fn base_options(draft: Draft) -> jsonschema::ValidationOptions<'static> {
+    let opts = jsonschema::options()
         .with_draft(draft.to_jsonschema())
         .should_validate_formats(true)
-        .with_retriever(NoRemote)
+        .with_retriever(NoRemote);
+    if matches!(draft, Draft::Draft4 | Draft::Draft6 | Draft::Draft7) {
+        opts.with_format("duration", |s: &str| modern_format("duration", s))
+            .with_format("uuid", |s: &str| modern_format("uuid", s))
+    } else {
+        opts
+    }
+}
+
+/// jsonschema's 2020-12 check of `format` on `s`, compiled once per format.
+fn modern_format(format: &'static str, s: &str) -> bool {
+    static CHECKS: std::sync::OnceLock<Vec<(&'static str, jsonschema::Validator)>> =
+        std::sync::OnceLock::new();
+    let checks = CHECKS.get_or_init(|| {
+        ["duration", "uuid"]
+            .into_iter()
+            .filter_map(|f| {
+                jsonschema::draft202012::options()
+                    .should_validate_formats(true)
+                    .build(&serde_json::json!({"format": f}))
+                    .ok()
+                    .map(|v| (f, v))
+            })
+            .collect()
+    });
+    checks
+        .iter()
+        .find(|(f, _)| *f == format)
+        .is_none_or(|(_, v)| v.is_valid(&Value::String(s.to_string())))
 }
 
 /// Refuses every `$ref` that leaves the document, naming it.
@@ -525,7 +557,7 @@ impl jsonschema::Retrieve for NoRemote {
     }
 }
 
-fn schema_error_from_build(err: &jsonschema::ValidationError<'_>) -> SchemaError {
+pub(crate) fn schema_error_from_build(err: &jsonschema::ValidationError<'_>) -> SchemaError {
     use jsonschema::error::ValidationErrorKind as K;
     match err.kind() {
         K::Referencing(r) => {

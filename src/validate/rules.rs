@@ -538,6 +538,18 @@ pub fn collect_rule_errors(
     root: &Value,
     out: &mut Vec<LineError>,
 ) {
+    collect_at(err, root, out, 0)
+}
+
+/// Union levels looked into for rule errors (bounds the recursion whatever the instance).
+const MAX_UNION_DEPTH: usize = 16;
+
+fn collect_at(
+    err: &jsonschema::ValidationError<'_>,
+    root: &Value,
+    out: &mut Vec<LineError>,
+    depth: usize,
+) {
     use jsonschema::error::ValidationErrorKind as K;
     match err.kind() {
         K::Custom { message, .. } => {
@@ -565,10 +577,13 @@ pub fn collect_rule_errors(
             });
         }
         K::AnyOf { context } | K::OneOfNotValid { context } => {
+            if depth >= MAX_UNION_DEPTH {
+                return;
+            }
             for branch in context {
-                if branch.iter().all(only_rules) {
+                if branch.iter().all(|e| only_rules(e, depth + 1)) {
                     for e in branch {
-                        collect_rule_errors(e, root, out);
+                        collect_at(e, root, out, depth + 1);
                     }
                 }
             }
@@ -577,12 +592,15 @@ pub fn collect_rule_errors(
     }
 }
 
-fn only_rules(err: &jsonschema::ValidationError<'_>) -> bool {
+fn only_rules(err: &jsonschema::ValidationError<'_>, depth: usize) -> bool {
     use jsonschema::error::ValidationErrorKind as K;
     match err.kind() {
         K::Custom { message, .. } => serde_json::from_str::<Failure>(message).is_ok(),
         K::AnyOf { context } | K::OneOfNotValid { context } => {
-            context.iter().any(|b| b.iter().all(only_rules))
+            depth < MAX_UNION_DEPTH
+                && context
+                    .iter()
+                    .any(|b| b.iter().all(|e| only_rules(e, depth + 1)))
         }
         _ => false,
     }
