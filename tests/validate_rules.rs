@@ -214,3 +214,21 @@ fn every_broken_rule_is_reported() {
     assert_eq!(v2["verdict"], "semantic_invalid");
     assert_eq!(v2["error_count"], 4);
 }
+
+#[test]
+fn a_validator_is_shared_across_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Validator>();
+    let v = std::sync::Arc::new(
+        Validator::new(&json!({"x-formwork-rules": [{"field": "/a", "op": "<", "other": "/b"}]}))
+            .unwrap(),
+    );
+    let handles: Vec<_> = (0..4)
+        .map(|i| {
+            let v = v.clone();
+            std::thread::spawn(move || v.check(&format!(r#"{{"a": {i}, "b": 2}}"#)).is_valid())
+        })
+        .collect();
+    let got: Vec<bool> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(got, [true, true, false, false]);
+}

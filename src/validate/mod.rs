@@ -576,9 +576,18 @@ pub(crate) fn schema_error_from_build(err: &jsonschema::ValidationError<'_>) -> 
             };
             SchemaError::Reference { reference, reason }
         }
-        K::Custom { message, .. } => SchemaError::Invalid {
-            pointer: err.schema_path().to_string(),
-            message: message.clone(),
+        // The rules keyword's compile errors start with the JSON Pointer of the bad part.
+        K::Custom { message, .. } => match message.split_once(": ") {
+            Some((pointer, rest)) if pointer.starts_with('/') && !pointer.contains(' ') => {
+                SchemaError::Invalid {
+                    pointer: pointer.to_string(),
+                    message: rest.to_string(),
+                }
+            }
+            _ => SchemaError::Invalid {
+                pointer: err.schema_path().to_string(),
+                message: message.clone(),
+            },
         },
         _ => {
             // A meta-schema failure: the error's instance is the schema, so its instance path
