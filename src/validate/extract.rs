@@ -5,7 +5,8 @@
 //! caller can report it (a constrained run never needs this).
 //!
 //! 1. If the text has a markdown fence (```` ``` ```` with an optional info string such as
-//!    `json`), the search runs inside the first fenced block.
+//!    `json`), the search runs inside the first fenced block; when that block holds no JSON
+//!    value, the whole text is searched.
 //! 2. From each `{` or `[` in turn, a scan finds the matching closer, skipping over string
 //!    literals (so braces inside `"sotto la soglia {10}"` do not count) and their escapes.
 //! 3. The first balanced span that parses as JSON wins. When none parses, the first balanced
@@ -31,10 +32,24 @@ pub struct Extracted {
 
 /// Find the first balanced JSON object or array in `text` (see the module documentation).
 pub fn extract_json(text: &str) -> Option<Extracted> {
-    let (region, region_start, stripped_fence) = match fenced_block(text) {
-        Some((start, end)) => (&text[start..end], start, true),
-        None => (text, 0, false),
-    };
+    if let Some((start, end)) = fenced_block(text) {
+        if let Some(found) = extract_in(text, start, end, true) {
+            return Some(found);
+        }
+    }
+    // No fence, or nothing in it: search the whole text.
+    extract_in(text, 0, text.len(), false)
+}
+
+/// Search `text[region_start..region_end]`; `stripped_fence` says that range is a fence's
+/// content.
+fn extract_in(
+    text: &str,
+    region_start: usize,
+    region_end: usize,
+    stripped_fence: bool,
+) -> Option<Extracted> {
+    let region = &text[region_start..region_end];
     let bytes = region.as_bytes();
     let mut first_balanced: Option<(usize, usize)> = None;
     let mut found: Option<(usize, usize)> = None;
@@ -173,6 +188,14 @@ mod tests {
     fn skips_a_bracketed_aside_that_is_not_json() {
         let e = extract_json("Vedi [nota]: {\"a\": 1}").unwrap();
         assert_eq!(e.value_text, "{\"a\": 1}");
+    }
+
+    #[test]
+    fn json_after_a_fenced_aside_is_found() {
+        let e = extract_json("```\nsome code\n```\nthen {\"a\": 1}").unwrap();
+        assert_eq!(e.value_text, "{\"a\": 1}");
+        assert!(!e.stripped_fence);
+        assert!(e.had_surrounding_text);
     }
 
     #[test]
