@@ -1,1 +1,922 @@
-//! (being written)
+//! Token masks: a schema's automaton walked against a vocabulary's token trie.
+//!
+//! # Key types
+//! - [`Grammar`]: the per-schema cache, shared (`Arc<Grammar>`, `Send + Sync`) by every
+//!   sequence and document of one schema. It interns each distinct automaton state
+//!   into a `u32` id, fills a 256-entry transition row per state lazily, and keeps the
+//!   mask of each state id once computed (a state's mask never changes). It is built
+//!   lazily: creating one costs nothing, and the second document of a schema masks at
+//!   lookup speed.
+//! - [`Matcher`]: one per sequence, a few words: the current state id, an undo log
+//!   and the token budget.
+//!
+//! # Usage
+//! 1. `let g = Grammar::new(automaton)` once per schema, `TokTrie::new(..)` once per
+//!    vocabulary; `Matcher::new(g.clone(), trie.clone())` per sequence.
+//! 2. Sample a token; check it with [`Matcher::is_allowed`] (one trie path, cheap), or
+//!    compute the full mask with [`Matcher::compute_mask`] when the sampler needs it.
+//! 3. [`Matcher::commit`] the token; repeat until EOS (allowed only when accepting).
+//! 4. Optionally, before a forward pass, take [`Matcher::forced_bytes`], tokenise them,
+//!    keep the [`Matcher::canonical_forced_prefix`] and feed those tokens as a prefill.
+//!
+//! # Hot path
+//! A cached mask is a lock, a lookup and a copy of the bitset. An uncached one is a
+//! depth-first walk of the flat trie where each node costs one load from the
+//! transition table (a refused byte skips its subtree); the automaton itself is
+//! asked only for transitions never seen before. States with the plain-character
+//! hint OR in precomputed sets and walk only the non-plain tokens.
+//!
+//! Concurrency: one mutex per grammar, taken once per call (never per trie node).
+//! Sequences of one schema on different threads serialise on mask misses and steps.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::automaton::ByteAutomaton;
+use crate::toktrie::{FlatTrie, TokTrie, TokenSet, NO_TOKEN, PLAIN_BUCKETS};
+
+const UNKNOWN: u32 = u32::MAX;
+const REFUSED: u32 = u32::MAX - 1;
+const UNSET: u32 = u32::MAX;
+/// The forced-byte cache: not computed yet / no single forced byte.
+const FORCED_UNKNOWN: u16 = 0xFFFF;
+const FORCED_NONE: u16 = 0x1FF;
+/// A forced run longer than this is returned in pieces (each call continues it).
+const MAX_FORCED: usize = 1 << 16;
+
+/// Why a commit was refused. The matcher's state is unchanged after an error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommitError {
+    #[error("token {token} is outside the vocabulary of {vocab_size} tokens")]
+    OutOfVocabulary { token: u32, vocab_size: usize },
+    #[error("token {token} is special or empty and never allowed by a grammar")]
+    NeverAllowed { token: u32 },
+    #[error("token {token} refused at byte {offset} of its bytes {bytes:?}")]
+    TokenRefused {
+        token: u32,
+        offset: usize,
+        bytes: String,
+    },
+    #[error("bytes refused at offset {offset}")]
+    BytesRefused { offset: usize },
+    #[error("EOS token {token} refused: the text is not a complete instance ({min_completion} more bytes needed at least)")]
+    EosNotAccepting { token: u32, min_completion: usize },
+    #[error("token {token} committed after EOS")]
+    AfterEos { token: u32 },
+    #[error("token {token} refused by the budget: {tokens_left} tokens left, and the text would then need {needs} more bytes")]
+    OverBudget {
+        token: u32,
+        tokens_left: usize,
+        needs: usize,
+    },
+}
+
+/// Sizes of a grammar's cache, for reports and `formwork compile`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GrammarStats {
+    /// Distinct automaton states interned so far.
+    pub states: usize,
+    /// Transitions computed (refused ones included).
+    pub transitions: usize,
+    /// Masks cached, over all vocabularies.
+    pub masks: usize,
+    /// Approximate heap bytes of the cache (states' own heap not counted).
+    pub memory_bytes: usize,
+}
+
+/// A cached mask: dense bits, or the list of allowed ids when that is smaller.
+enum Mask {
+    Dense(Box<[u64]>),
+    Sparse(Box<[u32]>),
+}
+
+impl Mask {
+    fn from_set(set: &TokenSet) -> Mask {
+        let count = set.count();
+        if count * 32 < set.len() {
+            Mask::Sparse(set.iter().collect::<Vec<_>>().into_boxed_slice())
+        } else {
+            Mask::Dense(set.as_words().to_vec().into_boxed_slice())
+        }
+    }
+    fn write_to(&self, out: &mut TokenSet) {
+        match self {
+            Mask::Dense(w) => out.words_mut().copy_from_slice(w),
+            Mask::Sparse(ids) => {
+                out.clear();
+                for &t in ids.iter() {
+                    out.allow(t);
+                }
+            }
+        }
+    }
+    fn contains(&self, tok: u32) -> bool {
+        match self {
+            Mask::Dense(w) => w
+                .get(tok as usize >> 6)
+                .is_some_and(|x| x & (1 << (tok & 63)) != 0),
+            Mask::Sparse(ids) => ids.binary_search(&tok).is_ok(),
+        }
+    }
+    fn bytes(&self) -> usize {
+        match self {
+            Mask::Dense(w) => w.len() * 8,
+            Mask::Sparse(ids) => ids.len() * 4,
+        }
+    }
+}
+
+/// Per-state facts, each computed at most once.
+#[derive(Clone, Copy)]
+struct Info {
+    accepting: bool,
+    /// `plain_chars_allowed`, with `u32::MAX` for `None`... kept apart: see `plain_some`.
+    plain: u32,
+    plain_some: bool,
+    min_completion: u32,
+    forced: u16,
+    /// Largest `min_completion` over the end states of the tokens allowed here
+    /// (per vocabulary slot; only slot 0 cached, others recompute).
+    max_end_min: u32,
+}
+
+/// The erased interface a [`Grammar`] offers; implemented for every automaton.
+trait Engine: Send + Sync {
+    fn start(&self) -> u32;
+    fn step_bytes(&self, s: u32, bytes: &[u8]) -> Result<u32, usize>;
+    fn is_accepting(&self, s: u32) -> bool;
+    fn is_finished(&self, s: u32) -> bool;
+    fn min_completion(&self, s: u32) -> usize;
+    fn shortest_completion(&self, s: u32) -> Vec<u8>;
+    fn forced_bytes(&self, s: u32) -> (Vec<u8>, u32);
+    fn register(&self, trie: &TokTrie) -> usize;
+    fn mask(&self, s: u32, trie: &TokTrie, slot: usize, out: &mut TokenSet);
+    fn mask_contains(&self, s: u32, slot: usize, tok: u32) -> Option<bool>;
+    fn steered_mask(&self, s: u32, trie: &TokTrie, slot: usize, limit: i64, out: &mut TokenSet);
+    fn max_end_min(&self, s: u32, trie: &TokTrie, slot: usize) -> usize;
+    fn any_extension(&self, s: u32, trie: &TokTrie, prefix: &[u8]) -> bool;
+    fn stats(&self) -> GrammarStats;
+}
+
+struct Cache<A: ByteAutomaton> {
+    states: Vec<A::State>,
+    ids: HashMap<A::State, u32>,
+    /// `trans[s * 256 + b]`: next state id, `REFUSED` or `UNKNOWN`.
+    trans: Vec<u32>,
+    info: Vec<Info>,
+    known_transitions: usize,
+    /// Per registered vocabulary: its trie id and the masks by state id.
+    vocabs: Vec<(u64, Vec<Option<Arc<Mask>>>)>,
+    mask_bytes: usize,
+    /// The walk's state-per-depth stack, kept to avoid an allocation per mask.
+    stack: Vec<u32>,
+}
+
+struct Typed<A: ByteAutomaton> {
+    automaton: Arc<A>,
+    cache: Mutex<Cache<A>>,
+    start: u32,
+}
+
+impl<A: ByteAutomaton> Cache<A> {
+    fn intern(&mut self, a: &A, st: A::State) -> u32 {
+        if let Some(&id) = self.ids.get(&st) {
+            return id;
+        }
+        let id = self.states.len() as u32;
+        assert!(id < REFUSED - 1, "grammar cache: {id} states");
+        let plain = a.plain_chars_allowed(&st);
+        self.info.push(Info {
+            accepting: a.is_accepting(&st),
+            plain: plain.unwrap_or(0),
+            plain_some: plain.is_some(),
+            min_completion: UNSET,
+            forced: FORCED_UNKNOWN,
+            max_end_min: UNSET,
+        });
+        self.ids.insert(st.clone(), id);
+        self.states.push(st);
+        self.trans.extend(std::iter::repeat_n(UNKNOWN, 256));
+        id
+    }
+
+    #[inline(always)]
+    fn next(&mut self, a: &A, s: u32, b: u8) -> u32 {
+        let t = unsafe { *self.trans.get_unchecked(s as usize * 256 + b as usize) };
+        if t != UNKNOWN {
+            return t;
+        }
+        self.next_slow(a, s, b)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn next_slow(&mut self, a: &A, s: u32, b: u8) -> u32 {
+        let t = match a.step(&self.states[s as usize], b) {
+            None => REFUSED,
+            Some(st) => self.intern(a, st),
+        };
+        self.trans[s as usize * 256 + b as usize] = t;
+        self.known_transitions += 1;
+        t
+    }
+
+    fn min_completion(&mut self, a: &A, s: u32) -> u32 {
+        let m = self.info[s as usize].min_completion;
+        if m != UNSET {
+            return m;
+        }
+        let m = a
+            .shortest_completion(&self.states[s as usize])
+            .len()
+            .min(UNSET as usize - 1) as u32;
+        self.info[s as usize].min_completion = m;
+        m
+    }
+
+    fn forced(&mut self, a: &A, s: u32) -> Option<(u8, u32)> {
+        let f = self.info[s as usize].forced;
+        let f = if f != FORCED_UNKNOWN {
+            f
+        } else {
+            let mut only = FORCED_NONE;
+            if !self.info[s as usize].accepting {
+                for b in 0..=255u8 {
+                    if self.next(a, s, b) != REFUSED {
+                        if only != FORCED_NONE {
+                            only = FORCED_NONE;
+                            break;
+                        }
+                        only = b as u16;
+                    }
+                }
+            }
+            self.info[s as usize].forced = only;
+            only
+        };
+        if f == FORCED_NONE {
+            None
+        } else {
+            let b = f as u8;
+            Some((b, self.next(a, s, b)))
+        }
+    }
+
+    /// Walks `trie` from `s`, setting every token whose bytes are accepted.
+    /// With `skip_upto = Some(n)` (plain trie only) subtrees whose tokens all have at
+    /// most `n` characters are skipped: the caller has ORed them in already.
+    #[inline(never)]
+    fn walk(&mut self, a: &A, s: u32, trie: &FlatTrie, skip_upto: Option<u8>, out: &mut TokenSet) {
+        let nodes = &trie.nodes;
+        let mut stack = std::mem::take(&mut self.stack);
+        stack.clear();
+        stack.resize(257, 0);
+        stack[0] = s;
+        let end = nodes.len();
+        let mut i = 1usize;
+        let words = out.words_mut();
+        match skip_upto {
+            None => {
+                while i < end {
+                    let n = nodes[i];
+                    let d = n.depth();
+                    let t = self.next(a, stack[d - 1], n.byte());
+                    if t == REFUSED {
+                        i = n.subtree_end();
+                        continue;
+                    }
+                    let tok = n.token();
+                    if tok != NO_TOKEN {
+                        words[tok as usize >> 6] |= 1u64 << (tok & 63);
+                    }
+                    stack[d] = t;
+                    i += 1;
+                }
+            }
+            Some(lim) => {
+                let maxc = &trie.max_chars;
+                while i < end {
+                    if maxc[i] <= lim {
+                        i = nodes[i].subtree_end();
+                        continue;
+                    }
+                    let n = nodes[i];
+                    let d = n.depth();
+                    let t = self.next(a, stack[d - 1], n.byte());
+                    if t == REFUSED {
+                        i = n.subtree_end();
+                        continue;
+                    }
+                    let tok = n.token();
+                    if tok != NO_TOKEN {
+                        words[tok as usize >> 6] |= 1u64 << (tok & 63);
+                    }
+                    stack[d] = t;
+                    i += 1;
+                }
+            }
+        }
+        self.stack = stack;
+    }
+
+    /// The full mask of state `s` (EOS included when accepting), uncached.
+    fn compute_mask(&mut self, a: &A, s: u32, trie: &TokTrie, out: &mut TokenSet) {
+        out.clear();
+        let info = self.info[s as usize];
+        if !info.plain_some {
+            self.walk(a, s, &trie.full, None, out);
+        } else {
+            let n = info.plain.min(PLAIN_BUCKETS as u32) as usize;
+            if n >= 1 {
+                out.union_with(&trie.plain_upto[n - 1]);
+            }
+            if n < PLAIN_BUCKETS {
+                self.walk(a, s, &trie.plain, Some(n as u8), out);
+            }
+            self.walk(a, s, &trie.rest, None, out);
+        }
+        for &(p, d) in &trie.dups {
+            if out.contains(p) {
+                out.allow(d);
+            }
+        }
+        if info.accepting {
+            for &e in trie.eos_ids() {
+                out.allow(e);
+            }
+        }
+    }
+
+    /// Calls `f(token, end_state)` for every token accepted from `s` (full trie).
+    fn for_each_token(
+        &mut self,
+        a: &A,
+        s: u32,
+        trie: &FlatTrie,
+        f: &mut dyn FnMut(&mut Self, u32, u32),
+    ) {
+        let nodes = &trie.nodes;
+        let mut stack = vec![0u32; 257];
+        stack[0] = s;
+        let mut i = 1;
+        while i < nodes.len() {
+            let n = nodes[i];
+            let d = n.depth();
+            let t = self.next(a, stack[d - 1], n.byte());
+            if t == REFUSED {
+                i = n.subtree_end();
+                continue;
+            }
+            if n.token() != NO_TOKEN {
+                f(self, n.token(), t);
+            }
+            stack[d] = t;
+            i += 1;
+        }
+    }
+}
+
+impl<A: ByteAutomaton> Engine for Typed<A> {
+    fn start(&self) -> u32 {
+        self.start
+    }
+
+    fn step_bytes(&self, s: u32, bytes: &[u8]) -> Result<u32, usize> {
+        let mut c = self.cache.lock().unwrap();
+        let mut s = s;
+        for (i, &b) in bytes.iter().enumerate() {
+            let t = c.next(&self.automaton, s, b);
+            if t == REFUSED {
+                return Err(i);
+            }
+            s = t;
+        }
+        Ok(s)
+    }
+
+    fn is_accepting(&self, s: u32) -> bool {
+        self.cache.lock().unwrap().info[s as usize].accepting
+    }
+
+    fn is_finished(&self, s: u32) -> bool {
+        let mut c = self.cache.lock().unwrap();
+        if !c.info[s as usize].accepting {
+            return false;
+        }
+        (0..=255u8).all(|b| c.next(&self.automaton, s, b) == REFUSED)
+    }
+
+    fn min_completion(&self, s: u32) -> usize {
+        self.cache
+            .lock()
+            .unwrap()
+            .min_completion(&self.automaton, s) as usize
+    }
+
+    fn shortest_completion(&self, s: u32) -> Vec<u8> {
+        let st = self.cache.lock().unwrap().states[s as usize].clone();
+        self.automaton.shortest_completion(&st)
+    }
+
+    fn forced_bytes(&self, s: u32) -> (Vec<u8>, u32) {
+        let mut c = self.cache.lock().unwrap();
+        let mut out = Vec::new();
+        let mut s = s;
+        while out.len() < MAX_FORCED {
+            match c.forced(&self.automaton, s) {
+                Some((b, t)) => {
+                    out.push(b);
+                    s = t;
+                }
+                None => break,
+            }
+        }
+        (out, s)
+    }
+
+    fn register(&self, trie: &TokTrie) -> usize {
+        let mut c = self.cache.lock().unwrap();
+        let id = trie.unique_id();
+        if let Some(i) = c.vocabs.iter().position(|(t, _)| *t == id) {
+            return i;
+        }
+        c.vocabs.push((id, Vec::new()));
+        c.vocabs.len() - 1
+    }
+
+    fn mask(&self, s: u32, trie: &TokTrie, slot: usize, out: &mut TokenSet) {
+        let mut c = self.cache.lock().unwrap();
+        let cached = c.vocabs[slot].1.get(s as usize).and_then(|m| m.clone());
+        let m = match cached {
+            Some(m) => m,
+            None => {
+                c.compute_mask(&self.automaton, s, trie, out);
+                let m = Arc::new(Mask::from_set(out));
+                c.mask_bytes += m.bytes();
+                let masks = &mut c.vocabs[slot].1;
+                if masks.len() <= s as usize {
+                    masks.resize(s as usize + 1, None);
+                }
+                masks[s as usize] = Some(m);
+                return;
+            }
+        };
+        drop(c);
+        m.write_to(out);
+    }
+
+    fn mask_contains(&self, s: u32, slot: usize, tok: u32) -> Option<bool> {
+        let c = self.cache.lock().unwrap();
+        let m = c.vocabs[slot].1.get(s as usize)?.as_ref()?;
+        Some(m.contains(tok))
+    }
+
+    fn steered_mask(&self, s: u32, trie: &TokTrie, slot: usize, limit: i64, out: &mut TokenSet) {
+        let _ = slot;
+        let mut c = self.cache.lock().unwrap();
+        out.clear();
+        let a = &*self.automaton;
+        c.for_each_token(a, s, &trie.full, &mut |c, tok, end| {
+            if (c.min_completion(a, end) as i64) <= limit {
+                out.allow(tok);
+            }
+        });
+        for &(p, d) in &trie.dups {
+            if out.contains(p) {
+                out.allow(d);
+            }
+        }
+        if c.info[s as usize].accepting {
+            for &e in trie.eos_ids() {
+                out.allow(e);
+            }
+        }
+    }
+
+    fn max_end_min(&self, s: u32, trie: &TokTrie, slot: usize) -> usize {
+        let mut c = self.cache.lock().unwrap();
+        if slot == 0 && c.info[s as usize].max_end_min != UNSET {
+            return c.info[s as usize].max_end_min as usize;
+        }
+        let a = &*self.automaton;
+        let mut mx = 0u32;
+        c.for_each_token(a, s, &trie.full, &mut |c, _tok, end| {
+            mx = mx.max(c.min_completion(a, end));
+        });
+        if slot == 0 {
+            c.info[s as usize].max_end_min = mx;
+        }
+        mx as usize
+    }
+
+    fn any_extension(&self, s: u32, trie: &TokTrie, prefix: &[u8]) -> bool {
+        let Some(root) = trie.full.find(prefix) else {
+            return false;
+        };
+        let nodes = &trie.full.nodes;
+        let base = nodes[root].depth();
+        let mut c = self.cache.lock().unwrap();
+        let a = &*self.automaton;
+        let mut stack = vec![0u32; 257];
+        stack[base] = s;
+        let end = nodes[root].subtree_end();
+        let mut i = root + 1;
+        while i < end {
+            let n = nodes[i];
+            let d = n.depth();
+            let t = c.next(a, stack[d - 1], n.byte());
+            if t == REFUSED {
+                i = n.subtree_end();
+                continue;
+            }
+            if n.token() != NO_TOKEN {
+                return true;
+            }
+            stack[d] = t;
+            i += 1;
+        }
+        false
+    }
+
+    fn stats(&self) -> GrammarStats {
+        let c = self.cache.lock().unwrap();
+        let masks = c
+            .vocabs
+            .iter()
+            .map(|(_, m)| m.iter().filter(|x| x.is_some()).count())
+            .sum();
+        GrammarStats {
+            states: c.states.len(),
+            transitions: c.known_transitions,
+            masks,
+            memory_bytes: c.trans.len() * 4
+                + c.info.len() * std::mem::size_of::<Info>()
+                + c.states.len() * (2 * std::mem::size_of::<A::State>() + 16)
+                + c.mask_bytes
+                + c.vocabs.iter().map(|(_, m)| m.len() * 8).sum::<usize>(),
+        }
+    }
+}
+
+/// The per-schema cache of states, transitions and masks. See the module docs.
+pub struct Grammar {
+    engine: Box<dyn Engine>,
+}
+
+impl std::fmt::Debug for Grammar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Grammar({:?})", self.stats())
+    }
+}
+
+impl Grammar {
+    /// Wraps an automaton. Costs one `start()` and nothing else: the cache fills as
+    /// sequences run.
+    pub fn new<A: ByteAutomaton + 'static>(automaton: Arc<A>) -> Arc<Grammar> {
+        let mut cache = Cache::<A> {
+            states: Vec::new(),
+            ids: HashMap::new(),
+            trans: Vec::new(),
+            info: Vec::new(),
+            known_transitions: 0,
+            vocabs: Vec::new(),
+            mask_bytes: 0,
+            stack: Vec::new(),
+        };
+        let start = cache.intern(&automaton, automaton.start());
+        Arc::new(Grammar {
+            engine: Box::new(Typed {
+                automaton,
+                cache: Mutex::new(cache),
+                start,
+            }),
+        })
+    }
+
+    /// Cache sizes so far.
+    pub fn stats(&self) -> GrammarStats {
+        self.engine.stats()
+    }
+}
+
+/// The constraint state of one sequence. Small: clone it to fork a sequence.
+#[derive(Clone)]
+pub struct Matcher {
+    grammar: Arc<Grammar>,
+    trie: Arc<TokTrie>,
+    slot: usize,
+    state: u32,
+    eos: bool,
+    budget: Option<usize>,
+    /// `(state before, eos before, budget before)` for each commit, for rollback.
+    undo: Vec<(u32, bool, Option<usize>)>,
+}
+
+impl std::fmt::Debug for Matcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Matcher")
+            .field("state", &self.state)
+            .field("eos", &self.eos)
+            .field("budget", &self.budget)
+            .field("committed", &self.undo.len())
+            .finish()
+    }
+}
+
+impl Matcher {
+    /// A matcher at the start of the text.
+    pub fn new(grammar: Arc<Grammar>, trie: Arc<TokTrie>) -> Self {
+        let slot = grammar.engine.register(&trie);
+        let state = grammar.engine.start();
+        Matcher {
+            grammar,
+            trie,
+            slot,
+            state,
+            eos: false,
+            budget: None,
+            undo: Vec::new(),
+        }
+    }
+
+    pub fn trie(&self) -> &Arc<TokTrie> {
+        &self.trie
+    }
+
+    pub fn grammar(&self) -> &Arc<Grammar> {
+        &self.grammar
+    }
+
+    /// The interned id of the current state (equal ids: equal masks).
+    pub fn state_id(&self) -> u32 {
+        self.state
+    }
+
+    /// While a budget is set: the largest shortest-completion (in bytes) a token may
+    /// leave behind; -1 allows no token (only EOS).
+    fn budget_limit(&self) -> Option<i64> {
+        let left = self.budget? as i64;
+        let min_now = self.grammar.engine.min_completion(self.state) as i64;
+        if left == 0 && min_now == 0 {
+            return Some(-1);
+        }
+        // Each token left carries at least one byte, and the next token uses one of
+        // them. If the budget is already too small, still insist on progress.
+        Some((left - 1).max(min_now - 1))
+    }
+
+    /// The limit, when the budget makes a difference at this step.
+    fn steering(&self) -> Option<i64> {
+        let limit = self.budget_limit()?;
+        let mx = self
+            .grammar
+            .engine
+            .max_end_min(self.state, &self.trie, self.slot) as i64;
+        (mx > limit).then_some(limit)
+    }
+
+    /// Sets `out` to the tokens allowed next. EOS ids are allowed exactly when the
+    /// text so far is a complete instance. After EOS, nothing is allowed.
+    pub fn compute_mask(&mut self, out: &mut TokenSet) {
+        assert_eq!(
+            out.len(),
+            self.trie.vocab_size(),
+            "TokenSet width differs from the vocabulary"
+        );
+        if self.eos {
+            out.clear();
+            return;
+        }
+        if let Some(limit) = self.steering() {
+            self.grammar
+                .engine
+                .steered_mask(self.state, &self.trie, self.slot, limit, out);
+            return;
+        }
+        self.grammar
+            .engine
+            .mask(self.state, &self.trie, self.slot, out);
+    }
+
+    /// Whether `tok` is allowed next: one trie path (or a cached-mask lookup), far
+    /// cheaper than a full mask. Agrees with [`Matcher::compute_mask`].
+    pub fn is_allowed(&mut self, tok: u32) -> bool {
+        if self.budget.is_none() && !self.eos {
+            if let Some(hit) = self
+                .grammar
+                .engine
+                .mask_contains(self.state, self.slot, tok)
+            {
+                return hit;
+            }
+        }
+        self.end_state(tok).is_ok()
+    }
+
+    fn end_state(&self, tok: u32) -> Result<Option<u32>, CommitError> {
+        let e = &self.grammar.engine;
+        if self.eos {
+            return Err(CommitError::AfterEos { token: tok });
+        }
+        if tok as usize >= self.trie.vocab_size() {
+            return Err(CommitError::OutOfVocabulary {
+                token: tok,
+                vocab_size: self.trie.vocab_size(),
+            });
+        }
+        if self.trie.is_eos(tok) {
+            return if e.is_accepting(self.state) {
+                Ok(None)
+            } else {
+                Err(CommitError::EosNotAccepting {
+                    token: tok,
+                    min_completion: e.min_completion(self.state),
+                })
+            };
+        }
+        if !self.trie.is_usable(tok) {
+            return Err(CommitError::NeverAllowed { token: tok });
+        }
+        let bytes = self.trie.token_bytes(tok);
+        let end = e
+            .step_bytes(self.state, bytes)
+            .map_err(|offset| CommitError::TokenRefused {
+                token: tok,
+                offset,
+                bytes: String::from_utf8_lossy(bytes).into_owned(),
+            })?;
+        if let Some(limit) = self.steering() {
+            let needs = e.min_completion(end);
+            if needs as i64 > limit {
+                return Err(CommitError::OverBudget {
+                    token: tok,
+                    tokens_left: self.budget.unwrap_or(0),
+                    needs,
+                });
+            }
+        }
+        Ok(Some(end))
+    }
+
+    /// Advances by one token. On error nothing changes. Committing an EOS id (allowed
+    /// only when accepting) ends the sequence. A set budget goes down by one.
+    pub fn commit(&mut self, tok: u32) -> Result<(), CommitError> {
+        let end = self.end_state(tok)?;
+        self.undo.push((self.state, self.eos, self.budget));
+        match end {
+            None => self.eos = true,
+            Some(s) => self.state = s,
+        }
+        if let Some(b) = &mut self.budget {
+            *b = b.saturating_sub(1);
+        }
+        Ok(())
+    }
+
+    /// Advances by raw bytes (a prefill the caller tokenised itself, or a replay).
+    /// On error nothing changes. Counts as one step for [`Matcher::rollback`]; the
+    /// budget is not touched (the caller knows how many tokens the bytes took).
+    pub fn commit_bytes(&mut self, bytes: &[u8]) -> Result<(), CommitError> {
+        if self.eos {
+            return Err(CommitError::BytesRefused { offset: 0 });
+        }
+        let end = self
+            .grammar
+            .engine
+            .step_bytes(self.state, bytes)
+            .map_err(|offset| CommitError::BytesRefused { offset })?;
+        self.undo.push((self.state, self.eos, self.budget));
+        self.state = end;
+        Ok(())
+    }
+
+    /// Undoes the last `n` commits (tokens or byte runs). Returns how many were undone.
+    pub fn rollback(&mut self, n: usize) -> usize {
+        let k = n.min(self.undo.len());
+        for _ in 0..k {
+            let (s, e, b) = self.undo.pop().unwrap();
+            self.state = s;
+            self.eos = e;
+            self.budget = b;
+        }
+        k
+    }
+
+    /// The bytes the schema allows in only one way from here: each is the only byte
+    /// the automaton accepts, and the run stops at the first branch or accepting
+    /// state. `{"sku":"` at the start of an object whose first property is required.
+    pub fn forced_bytes(&self) -> Vec<u8> {
+        if self.eos {
+            return Vec::new();
+        }
+        self.grammar.engine.forced_bytes(self.state).0
+    }
+
+    /// How many of `forced_tokens` (the caller's tokenisation of [`forced_bytes`],
+    /// done with the real tokenizer, ideally together with the bytes of the last
+    /// committed token so the left edge is canonical too) are safe to commit as a
+    /// prefill without making the token sequence non-canonical.
+    ///
+    /// A token boundary at byte `p` of the forced bytes `F` is kept only if no
+    /// vocabulary token could span it: for every start `q < p`, no token of the
+    /// vocabulary is `F[q..]` followed by at least one more byte that the grammar
+    /// allows after `F`. (Tokens ending inside `F` the tokenizer has already weighed.)
+    /// The result is the number of leading tokens that end at or before the first
+    /// such `q`. If the forced bytes end the text (nothing can follow), every token
+    /// is safe.
+    ///
+    /// This is exact for tokenizers that never merge across a position no token
+    /// spans (BPE and SentencePiece-BPE); llguidance instead always backs off a
+    /// fixed number of tokens. Cost: one trie lookup per byte of `F` plus a walk
+    /// of the subtrees under the suffixes of `F`, stopped at the first hit.
+    ///
+    /// [`forced_bytes`]: Matcher::forced_bytes
+    pub fn canonical_forced_prefix(&self, forced_tokens: &[u32]) -> usize {
+        let e = &self.grammar.engine;
+        let mut f = Vec::new();
+        let mut ends = Vec::with_capacity(forced_tokens.len());
+        for &t in forced_tokens {
+            f.extend_from_slice(self.trie.token_bytes(t));
+            ends.push(f.len());
+        }
+        let Ok(after) = e.step_bytes(self.state, &f) else {
+            return 0;
+        };
+        let mut cut = f.len();
+        if !e.is_finished(after) {
+            for q in 0..f.len() {
+                if self.trie.has_extension(&f[q..]) && e.any_extension(after, &self.trie, &f[q..]) {
+                    cut = q;
+                    break;
+                }
+            }
+        }
+        ends.iter().take_while(|&&end| end <= cut).count()
+    }
+
+    /// Whether the text so far is a complete instance (EOS allowed now).
+    pub fn is_accepting(&self) -> bool {
+        self.eos || self.grammar.engine.is_accepting(self.state)
+    }
+
+    /// Whether the text is complete and no byte can follow (or EOS was committed).
+    pub fn is_finished(&self) -> bool {
+        self.eos || self.grammar.engine.is_finished(self.state)
+    }
+
+    /// Whether EOS has been committed.
+    pub fn is_stopped(&self) -> bool {
+        self.eos
+    }
+
+    /// The fewest bytes that complete the text from here (0 when accepting).
+    pub fn min_completion_bytes(&self) -> usize {
+        if self.eos {
+            0
+        } else {
+            self.grammar.engine.min_completion(self.state)
+        }
+    }
+
+    /// A shortest byte string that completes the text from here.
+    pub fn shortest_completion(&self) -> Vec<u8> {
+        if self.eos {
+            Vec::new()
+        } else {
+            self.grammar.engine.shortest_completion(self.state)
+        }
+    }
+
+    /// Steers the rest of the run to fit in `tokens_left` more tokens (EOS not
+    /// counted). Each [`commit`](Matcher::commit) then counts one down.
+    ///
+    /// While a budget is set, a token is allowed only if, after it, the shortest
+    /// completion in *bytes* fits in the tokens that remain: `min_completion(end) <=
+    /// tokens_left - 1`. When every byte of the shortest completions is a token by
+    /// itself (for JSON, printable ASCII: [`TokTrie::printable_ascii_complete`], true
+    /// of byte-level BPE and of SentencePiece with byte fallback),
+    /// that invariant guarantees an accepting state after at most `tokens_left`
+    /// tokens: a single-byte token along the shortest completion is always allowed. It is conservative, not exact: a completion of
+    /// `n` bytes that the vocabulary could write in fewer than `n` tokens is refused
+    /// when `n` exceeds what is left. If the budget is already below what the text
+    /// needs, tokens that shorten the remaining completion are still allowed, so the
+    /// run ends as early as possible. The check costs nothing while every allowed
+    /// token fits (one cached maximum per state); otherwise a full trie walk.
+    pub fn set_budget(&mut self, tokens_left: usize) {
+        self.budget = Some(tokens_left);
+    }
+
+    /// Removes the budget.
+    pub fn clear_budget(&mut self) {
+        self.budget = None;
+    }
+
+    pub fn budget(&self) -> Option<usize> {
+        self.budget
+    }
+
+    /// Whether the budget currently restricts the mask (the run is being cut short).
+    pub fn is_steering(&self) -> bool {
+        !self.eos && self.steering().is_some()
+    }
+}

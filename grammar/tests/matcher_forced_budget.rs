@@ -1,0 +1,188 @@
+//! Forced bytes (jump-forward), their canonical token prefix, and budget steering.
+
+mod matcher_support;
+
+use std::sync::Arc;
+
+use formwork_grammar::matcher::{CommitError, Grammar, Matcher};
+use formwork_grammar::toktrie::{TokTrie, TokenSet};
+use matcher_support::*;
+
+fn tok(trie: &TokTrie, s: &str) -> u32 {
+    trie.token_with_bytes(s.as_bytes())
+        .unwrap_or_else(|| panic!("no token {s:?}"))
+}
+
+#[test]
+fn forced_bytes_stop_at_the_first_branch() {
+    let trie = synthetic_vocab(0, 0);
+    let a = Arc::new(JsonStr {
+        prefix: b"{\"name\":".to_vec(),
+        suffix: b"}".to_vec(),
+        min: 0,
+        max: Some(3),
+    });
+    let mut m = Matcher::new(Grammar::new(a), trie.clone());
+    assert_eq!(m.forced_bytes(), b"{\"name\":\"");
+    m.commit_bytes(b"{\"name\":\"ab").unwrap();
+    assert_eq!(m.forced_bytes(), b"");
+    m.commit_bytes(b"c").unwrap();
+    // maxLength reached: only the closing quote and brace remain.
+    assert_eq!(m.forced_bytes(), b"\"}");
+    m.commit_bytes(b"\"}").unwrap();
+    assert!(m.is_finished());
+    assert_eq!(m.forced_bytes(), b"");
+
+    let lit = Matcher::new(
+        Grammar::new(Arc::new(Literal(b"[a]".to_vec()))),
+        trie.clone(),
+    );
+    assert_eq!(lit.forced_bytes(), b"[a]");
+    // Every token is safe when the forced bytes end the text.
+    assert_eq!(
+        lit.canonical_forced_prefix(&[tok(&trie, "[a"), tok(&trie, "]")]),
+        2
+    );
+    // An accepting state that may continue is not forced further.
+    let b = Matcher::new(
+        Grammar::new(Arc::new(RegexAuto::new("ab(cd)?"))),
+        trie.clone(),
+    );
+    assert_eq!(b.forced_bytes(), b"ab");
+}
+
+#[test]
+fn canonical_prefix_backs_off_where_a_token_could_span() {
+    let trie = synthetic_vocab(0, 0);
+    let a = Arc::new(JsonStr {
+        prefix: b"{\"name\":".to_vec(),
+        suffix: b"}".to_vec(),
+        min: 0,
+        max: None,
+    });
+    let m = Matcher::new(Grammar::new(a.clone()), trie.clone());
+    let forced = m.forced_bytes();
+    assert_eq!(forced, b"{\"name\":\"");
+    // `"` at byte 8 can start `""`, `"}` or `"name"`, which the grammar allows after it:
+    // the boundary before it is the last safe one.
+    let split = [
+        tok(&trie, "{\""),
+        tok(&trie, "name"),
+        tok(&trie, "\":"),
+        tok(&trie, "\""),
+    ];
+    assert_eq!(m.canonical_forced_prefix(&split), 3);
+    let whole = [tok(&trie, "{\"name\":\"")];
+    assert_eq!(m.canonical_forced_prefix(&whole), 0);
+    // `":"` could also start `":"` + more? No such token: the cut stays at byte 8.
+    let split2 = [tok(&trie, "{\""), tok(&trie, "name"), tok(&trie, "\":\"")];
+    assert_eq!(m.canonical_forced_prefix(&split2), 2);
+
+    // When the forced bytes end the text, nothing is backed off.
+    let short = Arc::new(JsonStr {
+        prefix: b"[".to_vec(),
+        suffix: b"]".to_vec(),
+        min: 0,
+        max: Some(0),
+    });
+    let m2 = Matcher::new(Grammar::new(short), trie.clone());
+    assert_eq!(m2.forced_bytes(), b"[\"\"]");
+    assert_eq!(
+        m2.canonical_forced_prefix(&[tok(&trie, "["), tok(&trie, "\"\""), tok(&trie, "]")]),
+        3
+    );
+}
+
+/// With any budget at least the shortest completion, a random walk ends accepting
+/// within the budget; the mask never dead-ends.
+#[test]
+fn budget_steers_every_run_to_a_valid_end() {
+    let vocabs = [byte_vocab(), synthetic_vocab(5, 2000)];
+    for trie in &vocabs {
+        assert!(trie.single_bytes_complete());
+        let automata: Vec<Arc<Grammar>> = vec![
+            Grammar::new(Arc::new(Brackets { max_depth: None })),
+            Grammar::new(Arc::new(JsonStr {
+                prefix: b"{\"k\":".to_vec(),
+                suffix: b"}".to_vec(),
+                min: 4,
+                max: None,
+            })),
+            Grammar::new(Arc::new(RegexAuto::new(
+                r#"\[("[a-z]{2,5}"(,"[a-z]{2,5}")*)?\]"#,
+            ))),
+        ];
+        for g in &automata {
+            let start_min = Matcher::new(g.clone(), trie.clone()).min_completion_bytes();
+            for budget in start_min..start_min + 12 {
+                for seed in 0..8u64 {
+                    let mut m = Matcher::new(g.clone(), trie.clone());
+                    m.set_budget(budget);
+                    let mut rng = Rng::new(seed * 1000 + budget as u64);
+                    let mut mask = TokenSet::new(trie.vocab_size());
+                    let mut used = 0;
+                    loop {
+                        m.compute_mask(&mut mask);
+                        let eos = trie.eos_ids()[0];
+                        let non_eos: Vec<u32> = mask.iter().filter(|&t| t != eos).collect();
+                        if non_eos.is_empty() {
+                            assert!(
+                                mask.contains(eos),
+                                "budget {budget} seed {seed}: dead end after {used} tokens"
+                            );
+                            m.commit(eos).unwrap();
+                            break;
+                        }
+                        // Uniformly random allowed tokens: openers run budgets out fastest.
+                        let t = non_eos[rng.below(non_eos.len())];
+                        m.commit(t).unwrap();
+                        used += 1;
+                        assert!(
+                            used <= budget,
+                            "budget {budget} seed {seed}: {used} tokens used"
+                        );
+                    }
+                    assert!(m.is_accepting());
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn budget_zero_allows_only_eos_when_accepting_and_progress_otherwise() {
+    let trie = synthetic_vocab(2, 0);
+    let g = Grammar::new(Arc::new(Brackets { max_depth: None }));
+    let mut m = Matcher::new(g.clone(), trie.clone());
+    m.commit(tok(&trie, "[a")).unwrap();
+    m.set_budget(1);
+    assert!(m.is_steering());
+    let mut mask = TokenSet::new(trie.vocab_size());
+    m.compute_mask(&mut mask);
+    // One token left: it must close the list.
+    let allowed: Vec<String> = mask
+        .iter()
+        .map(|t| String::from_utf8_lossy(trie.token_bytes(t)).into_owned())
+        .collect();
+    assert_eq!(allowed, vec!["]".to_string()]);
+    assert!(!m.is_allowed(tok(&trie, ",")));
+    assert!(matches!(
+        m.commit(tok(&trie, ",")),
+        Err(CommitError::OverBudget { .. })
+    ));
+    m.commit(tok(&trie, "]")).unwrap();
+    assert_eq!(m.budget(), Some(0));
+    m.compute_mask(&mut mask);
+    assert_eq!(mask.iter().collect::<Vec<_>>(), vec![256]);
+
+    // Over budget from the start: only tokens that shorten the completion.
+    let mut m = Matcher::new(g, trie.clone());
+    m.commit(tok(&trie, "[[")).unwrap();
+    m.set_budget(0);
+    m.compute_mask(&mut mask);
+    assert!(
+        mask.contains(tok(&trie, "]]"))
+            && mask.contains(tok(&trie, "a]"))
+            && !mask.contains(tok(&trie, "["))
+    );
+}
