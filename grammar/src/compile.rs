@@ -1,1 +1,221 @@
-//! (being written)
+//! Schema compiler: `serde_json::Value` (a JSON Schema) -> IR -> byte automaton.
+//!
+//! 1. `schema` reads the document the way the validator does (drafts 4 to 2020-12): every
+//!    subschema becomes a union of typed conjunctions; `$ref` and `allOf` intersect,
+//!    `anyOf`/`oneOf` distribute, children are compiled on demand into IR nodes.
+//! 2. The IR ([`crate::ir`]) holds literals, exact numbers, strings with a pattern/format
+//!    DFA and lengths, arrays and objects in schema order, each with its shortest text.
+//! 3. [`Automaton`] steps over bytes with a stack of frames per thread; it implements
+//!    [`ByteAutomaton`](crate::ByteAutomaton) for the token side.
+//!
+//! What the grammar cannot enforce exactly is an error ([`CompileError::Unsupported`]) at
+//! its JSON Pointer, or with [`Config::lenient`] relaxed and listed in
+//! [`Automaton::relaxed`]. Policy choices that keep output valid but narrow it: unlisted
+//! properties are generated only where `additionalProperties` gives a schema (or an object
+//! lists no properties at all); numbers carry at most 15 digits and no exponent; strings use
+//! serde_json's escapes only; formats are sound subsets of what they name.
+
+pub mod dfa;
+pub mod machine;
+pub mod num;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::automaton::ByteAutomaton;
+use machine::{Machine, State};
+
+/// Whitespace between tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Whitespace {
+    /// None at all: the canonical compact form.
+    #[default]
+    Compact,
+    /// Runs of at most `max_run` bytes of space, tab, CR or LF wherever JSON allows them.
+    Flexible { max_run: u32 },
+}
+
+/// Documented limits; exceeding one is a [`CompileError::Limit`] with the numbers.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// JSON values in the schema document.
+    pub schema_values: usize,
+    /// Nesting depth of the document, and of combinators and `$ref`s read inline.
+    pub depth: usize,
+    /// IR nodes (distinct subschema conjunctions).
+    pub ir_nodes: usize,
+    /// Alternatives of one subschema after distributing `anyOf`/`oneOf` over `allOf`.
+    pub alternatives: usize,
+    /// States of one pattern/format DFA (or of an intersection).
+    pub dfa_states: usize,
+    /// DFA states x (string length bound + 1) for pattern-with-length tables.
+    pub length_bits: usize,
+    /// Wall-clock compile time in milliseconds.
+    pub time_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            schema_values: 1_000_000,
+            depth: 128,
+            ir_nodes: 50_000,
+            alternatives: 256,
+            dfa_states: 20_000,
+            length_bits: 64 << 20,
+            time_ms: 5_000,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Config {
+    pub whitespace: Whitespace,
+    /// Relax keywords the grammar cannot enforce instead of refusing the schema.
+    pub lenient: bool,
+    pub limits: Limits,
+}
+
+/// A keyword the grammar did not enforce (lenient mode only): the validator alone does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Relaxed {
+    pub keyword: String,
+    pub pointer: String,
+    pub why: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    #[error("unsupported keyword `{keyword}` at {pointer:?}: {why}")]
+    Unsupported { keyword: String, pointer: String, why: String },
+    #[error("invalid schema at {pointer:?}: {msg}")]
+    InvalidSchema { pointer: String, msg: String },
+    #[error("limit exceeded: {what} {given} > {limit}")]
+    Limit { what: &'static str, given: usize, limit: usize },
+    #[error("schema at {pointer:?} has no valid instance the grammar can produce")]
+    Empty { pointer: String },
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    pub nodes: usize,
+    pub alternatives: usize,
+    pub literals: usize,
+    pub numbers: usize,
+    pub strings: usize,
+    pub arrays: usize,
+    pub objects: usize,
+    pub dfas: usize,
+    pub dfa_states: usize,
+    /// Approximate heap bytes of the compiled automaton.
+    pub bytes: usize,
+    pub compile_us: u64,
+    /// Shortest valid instance, in bytes.
+    pub min_len: u64,
+}
+
+/// A compiled schema. Immutable; share it across sequences with `Arc`.
+pub struct Automaton {
+    m: Machine,
+    relaxed: Vec<Relaxed>,
+    stats: Stats,
+}
+
+/// Compiles a JSON Schema.
+pub fn compile(schema: &serde_json::Value, cfg: &Config) -> Result<Arc<Automaton>, CompileError> {
+    let t0 = Instant::now();
+    let b = crate::schema::Builder::new(schema, cfg)?;
+    let (ir, relaxed) = b.build()?;
+    let m = Machine::new(ir, cfg.whitespace);
+    let root = &m.ir.nodes[m.ir.root as usize];
+    if root.min_len == u64::MAX {
+        return Err(CompileError::Empty { pointer: String::new() });
+    }
+    let ir = &m.ir;
+    let dfa_bytes: usize = ir.dfas.iter().map(|d| d.trans.len() * 4 + d.accept.len() + 256).sum();
+    let stats = Stats {
+        nodes: ir.nodes.len(),
+        alternatives: ir.nodes.iter().map(|n| n.alts.len()).sum(),
+        literals: ir.lits.len(),
+        numbers: ir.nums.len(),
+        strings: ir.strs.len(),
+        arrays: ir.arrs.len(),
+        objects: ir.objs.len(),
+        dfas: ir.dfas.len(),
+        dfa_states: ir.dfas.iter().map(|d| d.len()).sum(),
+        bytes: dfa_bytes
+            + ir.nodes.len() * 64
+            + ir.lits.iter().map(|l| l.len() + 24).sum::<usize>()
+            + ir.objs
+                .iter()
+                .map(|o| o.props.iter().map(|p| p.key.len() * 2 + 64).sum::<usize>() + 64)
+                .sum::<usize>()
+            + ir.lens.len() * 64,
+        compile_us: t0.elapsed().as_micros() as u64,
+        min_len: root.min_len,
+    };
+    Ok(Arc::new(Automaton { m, relaxed, stats }))
+}
+
+impl Automaton {
+    pub fn stats(&self) -> Stats {
+        self.stats.clone()
+    }
+    pub fn relaxed(&self) -> &[Relaxed] {
+        &self.relaxed
+    }
+    /// The IR and automaton sizes, readable.
+    pub fn explain(&self) -> String {
+        let mut s = self.m.ir.explain();
+        let st = &self.stats;
+        s.push_str(&format!(
+            "automaton: {} nodes, {} alternatives, {} DFAs with {} states, ~{} bytes, shortest instance {} bytes, compiled in {} us\n",
+            st.nodes, st.alternatives, st.dfas, st.dfa_states, st.bytes, st.min_len, st.compile_us
+        ));
+        for r in &self.relaxed {
+            s.push_str(&format!("relaxed: `{}` at {:?}: {}\n", r.keyword, r.pointer, r.why));
+        }
+        s
+    }
+    /// Accepts `text` from the start state to an accepting state?
+    pub fn accepts(&self, text: &[u8]) -> bool {
+        let mut s = self.start();
+        for &b in text {
+            match self.step(&s, b) {
+                Some(n) => s = n,
+                None => return false,
+            }
+        }
+        self.is_accepting(&s)
+    }
+    /// Length of the longest prefix of `text` the automaton takes.
+    pub fn accepted_prefix(&self, text: &[u8]) -> usize {
+        let mut s = self.start();
+        for (i, &b) in text.iter().enumerate() {
+            match self.step(&s, b) {
+                Some(n) => s = n,
+                None => return i,
+            }
+        }
+        text.len()
+    }
+}
+
+impl ByteAutomaton for Automaton {
+    type State = State;
+    fn start(&self) -> State {
+        self.m.start()
+    }
+    fn step(&self, s: &State, b: u8) -> Option<State> {
+        self.m.step(s, b)
+    }
+    fn is_accepting(&self, s: &State) -> bool {
+        self.m.is_accepting(s)
+    }
+    fn shortest_completion(&self, s: &State) -> Vec<u8> {
+        self.m.shortest_completion(s)
+    }
+    fn plain_chars_allowed(&self, s: &State) -> Option<u32> {
+        self.m.plain_chars_allowed(s)
+    }
+}

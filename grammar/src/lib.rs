@@ -4,6 +4,8 @@
 
 pub mod automaton;
 pub mod compile;
+pub mod ir;
+pub mod schema;
 pub mod matcher;
 pub mod toktrie;
 

@@ -1,0 +1,1222 @@
+//! The byte automaton over the IR.
+//!
+//! A [`State`] is a sorted set of threads; a thread is a stack of [`Frame`]s, one per open
+//! value (object, array, string, number, literal) under a root frame. A union (`anyOf`,
+//! type arrays, `enum`) forks threads at the first byte of a value; threads that cannot
+//! take a byte die, equal threads merge. Every frame only takes a byte when a valid
+//! completion still exists after it, so no thread is ever a dead end.
+
+use super::num;
+use crate::compile::Whitespace;
+use crate::ir::{Alt, Ir, NodeId, LIT_FALSE, LIT_NULL, LIT_TRUE};
+
+const EXTRA: u32 = u32::MAX;
+const OFF: u32 = u32::MAX;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ObjPh {
+    /// After `{`.
+    Open,
+    /// After `,`.
+    Comma,
+    /// Inside the key of listed property `prop`, `pos` body bytes matched.
+    Key { prop: u32, pos: u32 },
+    /// Extra key: a string frame is on top.
+    ExtraKey,
+    /// After the key's closing quote.
+    Colon { prop: u32 },
+    /// After `:`.
+    Value { prop: u32 },
+    /// The value is on top.
+    InValue,
+    /// After a value.
+    After,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ArrPh {
+    Open,
+    Comma,
+    InValue,
+    After,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Frame {
+    Root {
+        ph: u8,
+        ws: u32,
+    },
+    Obj {
+        spec: u32,
+        next: u32,
+        emitted: u32,
+        ph: ObjPh,
+        ws: u32,
+    },
+    Arr {
+        spec: u32,
+        count: u32,
+        ph: ArrPh,
+        ws: u32,
+    },
+    /// `lex`: 0 body, 1 after `\`, 2 `\u`, 3 `\u0`, 4 `\u00`, 5 `\u00X` (hex holds X).
+    /// `utf`: pending UTF-8 continuation bytes (high nibble) and their range code.
+    Str {
+        spec: u32,
+        len: u32,
+        dfa: u32,
+        lex: u8,
+        hex: u8,
+        utf: u8,
+        excl: u32,
+    },
+    Num {
+        spec: u32,
+        buf: Vec<u8>,
+    },
+    Lit {
+        id: u32,
+        pos: u32,
+    },
+}
+
+pub type Thread = Vec<Frame>;
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    pub(crate) threads: Vec<Thread>,
+}
+
+pub struct Machine {
+    pub ir: Ir,
+    pub ws_max: u32,
+    /// Per object spec: how many live listed properties from index i to the end.
+    suffix_live: Vec<Vec<u32>>,
+    /// Per object spec: index of the first required property at or after i (or len).
+    next_req: Vec<Vec<u32>>,
+}
+
+fn is_ws(b: u8) -> bool {
+    matches!(b, b' ' | b'\n' | b'\t' | b'\r')
+}
+
+/// Decoded byte of a short escape.
+fn short_escape(b: u8) -> Option<u8> {
+    Some(match b {
+        b'"' => b'"',
+        b'\\' => b'\\',
+        b'n' => b'\n',
+        b't' => b'\t',
+        b'r' => b'\r',
+        b'b' => 0x08,
+        b'f' => 0x0C,
+        _ => return None,
+    })
+}
+
+fn hexval(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        _ => None,
+    }
+}
+
+/// Range of the next continuation byte for a code: 0 80-BF, 1 A0-BF, 2 80-9F, 3 90-BF, 4 80-8F.
+fn cont_ok(code: u8, b: u8) -> bool {
+    match code {
+        0 => (0x80..=0xBF).contains(&b),
+        1 => (0xA0..=0xBF).contains(&b),
+        2 => (0x80..=0x9F).contains(&b),
+        3 => (0x90..=0xBF).contains(&b),
+        4 => (0x80..=0x8F).contains(&b),
+        _ => false,
+    }
+}
+
+/// For a lead byte: (continuation count, range code of the first continuation).
+fn lead(b: u8) -> Option<(u8, u8)> {
+    Some(match b {
+        0xC2..=0xDF => (1, 0),
+        0xE0 => (2, 1),
+        0xE1..=0xEC | 0xEE..=0xEF => (2, 0),
+        0xED => (2, 2),
+        0xF0 => (3, 3),
+        0xF1..=0xF3 => (3, 0),
+        0xF4 => (3, 4),
+        _ => return None,
+    })
+}
+
+impl Machine {
+    pub fn new(ir: Ir, ws: Whitespace) -> Machine {
+        let ws_max = match ws {
+            Whitespace::Compact => 0,
+            Whitespace::Flexible { max_run } => max_run,
+        };
+        let mut suffix_live = Vec::new();
+        let mut next_req = Vec::new();
+        let mut m = Machine {
+            ir,
+            ws_max,
+            suffix_live: Vec::new(),
+            next_req: Vec::new(),
+        };
+        m.compute_min_lens();
+        for o in &m.ir.objs {
+            let n = o.props.len();
+            let mut sl = vec![0u32; n + 1];
+            let mut nr = vec![n as u32; n + 1];
+            for i in (0..n).rev() {
+                let live = m.ir.nodes[o.props[i].node as usize].min_len != u64::MAX;
+                sl[i] = sl[i + 1] + u32::from(live);
+                nr[i] = if o.props[i].required { i as u32 } else { nr[i + 1] };
+            }
+            suffix_live.push(sl);
+            next_req.push(nr);
+        }
+        m.suffix_live = suffix_live;
+        m.next_req = next_req;
+        m
+    }
+
+    fn live(&self, n: NodeId) -> bool {
+        self.ir.nodes[n as usize].min_len != u64::MAX
+    }
+
+    pub fn start(&self) -> State {
+        State {
+            threads: vec![vec![Frame::Root { ph: 0, ws: 0 }]],
+        }
+    }
+
+    pub fn step(&self, s: &State, b: u8) -> Option<State> {
+        let mut out: Vec<Thread> = Vec::new();
+        for t in &s.threads {
+            self.advance(t.clone(), b, &mut out);
+        }
+        if out.is_empty() {
+            return None;
+        }
+        out.sort();
+        out.dedup();
+        Some(State { threads: out })
+    }
+
+    pub fn is_accepting(&self, s: &State) -> bool {
+        s.threads.iter().any(|t| self.thread_accepting(t))
+    }
+
+    fn thread_accepting(&self, t: &Thread) -> bool {
+        match t.as_slice() {
+            [Frame::Root { ph: 2, .. }] => true,
+            [Frame::Root { ph: 1, .. }, Frame::Num { spec, buf }] => num::accepting(&self.ir.nums[*spec as usize], buf),
+            _ => false,
+        }
+    }
+
+    // ---------- transitions ----------
+
+    /// The frame below a finished value moves on.
+    fn child_done(&self, t: &mut Thread) {
+        if let Some(top) = t.last_mut() {
+            match top {
+                Frame::Root { ph, ws } => {
+                    *ph = 2;
+                    *ws = 0;
+                }
+                Frame::Obj { ph, ws, .. } => {
+                    *ph = match *ph {
+                        ObjPh::ExtraKey => ObjPh::Colon { prop: EXTRA },
+                        _ => ObjPh::After,
+                    };
+                    *ws = 0;
+                }
+                Frame::Arr { ph, ws, .. } => {
+                    *ph = ArrPh::After;
+                    *ws = 0;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn finish(&self, mut t: Thread, out: &mut Vec<Thread>) {
+        t.pop();
+        self.child_done(&mut t);
+        out.push(t);
+    }
+
+    fn advance(&self, mut t: Thread, b: u8, out: &mut Vec<Thread>) {
+        let top = match t.last() {
+            Some(f) => f.clone(),
+            None => return,
+        };
+        match top {
+            Frame::Root { ph, ws } => {
+                if is_ws(b) && ph != 1 {
+                    if ws < self.ws_max {
+                        *t.last_mut().unwrap() = Frame::Root { ph, ws: ws + 1 };
+                        out.push(t);
+                    }
+                    return;
+                }
+                if ph == 0 {
+                    *t.last_mut().unwrap() = Frame::Root { ph: 1, ws: 0 };
+                    self.start_value(t, self.ir.root, b, out);
+                }
+            }
+            Frame::Lit { id, pos } => {
+                let lit = &self.ir.lits[id as usize];
+                if lit.get(pos as usize) == Some(&b) {
+                    if pos as usize + 1 == lit.len() {
+                        self.finish(t, out);
+                    } else {
+                        *t.last_mut().unwrap() = Frame::Lit { id, pos: pos + 1 };
+                        out.push(t);
+                    }
+                }
+            }
+            Frame::Num { spec, ref buf } => {
+                let ns = &self.ir.nums[spec as usize];
+                if num::allows(ns, buf, b) {
+                    let mut nb = buf.clone();
+                    nb.push(b);
+                    num::canonical(ns, &mut nb);
+                    let mut t2 = t.clone();
+                    *t2.last_mut().unwrap() = Frame::Num { spec, buf: nb };
+                    out.push(t2);
+                }
+                if num::accepting(ns, buf) {
+                    t.pop();
+                    self.child_done(&mut t);
+                    self.advance(t, b, out);
+                }
+            }
+            Frame::Str { .. } => {
+                if let Some(r) = self.str_step(&top, b) {
+                    match r {
+                        None => self.finish(t, out),
+                        Some(f) => {
+                            *t.last_mut().unwrap() = f;
+                            out.push(t);
+                        }
+                    }
+                }
+            }
+            Frame::Arr { spec, count, ph, ws } => {
+                let a = &self.ir.arrs[spec as usize];
+                let set = |t: &mut Thread, count: u32, ph: ArrPh, ws: u32| {
+                    *t.last_mut().unwrap() = Frame::Arr { spec, count, ph, ws };
+                };
+                if is_ws(b) && ph != ArrPh::InValue {
+                    if ws < self.ws_max {
+                        set(&mut t, count, ph, ws + 1);
+                        out.push(t);
+                    }
+                    return;
+                }
+                match ph {
+                    ArrPh::Open | ArrPh::After if b == b']' => {
+                        if count >= a.min {
+                            self.finish(t, out);
+                        }
+                    }
+                    ArrPh::After if b == b',' => {
+                        if self.arr_can_add(spec, count) {
+                            set(&mut t, count, ArrPh::Comma, 0);
+                            out.push(t);
+                        }
+                    }
+                    ArrPh::Open | ArrPh::Comma => {
+                        if let Some(n) = self.arr_item(spec, count) {
+                            if self.arr_can_add(spec, count) {
+                                let c2 = self.sat_count(spec, count + 1);
+                                set(&mut t, c2, ArrPh::InValue, 0);
+                                self.start_value(t, n, b, out);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Frame::Obj {
+                spec,
+                next,
+                emitted,
+                ph,
+                ws,
+            } => self.obj_step(t, spec, next, emitted, ph, ws, b, out),
+        }
+    }
+
+    fn sat_count(&self, spec: u32, c: u32) -> u32 {
+        let a = &self.ir.arrs[spec as usize];
+        if a.max.is_none() && a.items.is_some() {
+            c.min((a.prefix.len() as u32).max(a.min))
+        } else {
+            c
+        }
+    }
+
+    fn arr_item(&self, spec: u32, i: u32) -> Option<NodeId> {
+        let a = &self.ir.arrs[spec as usize];
+        let n = match a.prefix.get(i as usize) {
+            Some(&n) => n,
+            None => a.items?,
+        };
+        self.live(n).then_some(n)
+    }
+
+    /// Item `count` may start and the array can still reach `min` afterwards.
+    fn arr_can_add(&self, spec: u32, count: u32) -> bool {
+        let a = &self.ir.arrs[spec as usize];
+        if a.max.is_some_and(|m| count >= m) || self.arr_item(spec, count).is_none() {
+            return false;
+        }
+        // Items needed beyond this one must be live (min_len computation guarantees the first
+        // `min` are; later ones are optional).
+        true
+    }
+
+    fn start_value(&self, t: Thread, node: NodeId, b: u8, out: &mut Vec<Thread>) {
+        for alt in &self.ir.nodes[node as usize].alts {
+            match *alt {
+                Alt::Lit(id) => {
+                    if self.ir.lits[id as usize][0] == b {
+                        let mut t2 = t.clone();
+                        if self.ir.lits[id as usize].len() == 1 {
+                            self.child_done(&mut t2);
+                        } else {
+                            t2.push(Frame::Lit { id, pos: 1 });
+                        }
+                        out.push(t2);
+                    }
+                }
+                Alt::Num(spec) => {
+                    let ns = &self.ir.nums[spec as usize];
+                    if (b == b'-' || b.is_ascii_digit()) && num::allows(ns, &[], b) {
+                        let mut t2 = t.clone();
+                        let mut buf = vec![b];
+                        num::canonical(ns, &mut buf);
+                        t2.push(Frame::Num { spec, buf });
+                        out.push(t2);
+                    }
+                }
+                Alt::Str(spec) => {
+                    if b == b'"' {
+                        let mut t2 = t.clone();
+                        t2.push(self.str_frame(spec));
+                        out.push(t2);
+                    }
+                }
+                Alt::Arr(spec) => {
+                    if b == b'[' {
+                        let mut t2 = t.clone();
+                        t2.push(Frame::Arr {
+                            spec,
+                            count: 0,
+                            ph: ArrPh::Open,
+                            ws: 0,
+                        });
+                        out.push(t2);
+                    }
+                }
+                Alt::Obj(spec) => {
+                    if b == b'{' {
+                        let mut t2 = t.clone();
+                        t2.push(Frame::Obj {
+                            spec,
+                            next: 0,
+                            emitted: 0,
+                            ph: ObjPh::Open,
+                            ws: 0,
+                        });
+                        out.push(t2);
+                    }
+                }
+            }
+        }
+    }
+
+    fn str_frame(&self, spec: u32) -> Frame {
+        let s = &self.ir.strs[spec as usize];
+        let dfa = s.dfa.map_or(0, |d| self.ir.dfas[d as usize].start);
+        Frame::Str {
+            spec,
+            len: 0,
+            dfa,
+            lex: 0,
+            hex: 0,
+            utf: 0,
+            excl: if s.excl.is_some() { 0 } else { OFF },
+        }
+    }
+
+    // ---------- strings ----------
+
+    /// Can a character (as decoded bytes, the first being counted) follow, given the
+    /// length and the pattern? Returns the new (len, dfa) state.
+    fn str_char(&self, spec: u32, len: u32, dfa: u32, bytes: &[u8], counts: bool) -> Option<(u32, u32)> {
+        let s = &self.ir.strs[spec as usize];
+        let nlen = len + u32::from(counts);
+        if s.max.is_some_and(|m| nlen > m) {
+            return None;
+        }
+        let mut d = dfa;
+        if let Some(di) = s.dfa {
+            let dd = &self.ir.dfas[di as usize];
+            for &x in bytes {
+                d = dd.next(d, x);
+                if d == 0 {
+                    return None;
+                }
+            }
+            if let Some(li) = s.lens {
+                let lt = &self.ir.lens[li as usize];
+                let lo = s.min.saturating_sub(nlen);
+                let hi = s.max.map_or(u32::MAX, |m| m - nlen);
+                if !lt.any_in(d, lo, hi) {
+                    return None;
+                }
+            }
+        }
+        // Saturate the length when only a minimum matters.
+        let nlen = if s.max.is_none() { nlen.min(s.min) } else { nlen };
+        Some((nlen, d))
+    }
+
+    fn str_can_close(&self, spec: u32, len: u32, dfa: u32, excl: u32) -> bool {
+        let s = &self.ir.strs[spec as usize];
+        if len < s.min || s.max.is_some_and(|m| len > m) {
+            return false;
+        }
+        if let Some(di) = s.dfa {
+            if !self.ir.dfas[di as usize].accept[dfa as usize] {
+                return false;
+            }
+        }
+        if let Some(ti) = s.excl {
+            if self.ir.tries[ti as usize].is_terminal(excl) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// `None`: refused; `Some(None)`: the string closed; `Some(Some(f))`: the new frame.
+    fn str_step(&self, f: &Frame, b: u8) -> Option<Option<Frame>> {
+        let Frame::Str {
+            spec,
+            len,
+            dfa,
+            lex,
+            hex,
+            utf,
+            excl,
+        } = *f
+        else {
+            return None;
+        };
+        let trie = |n: u32| match self.ir.strs[spec as usize].excl {
+            Some(ti) => self.ir.tries[ti as usize].step(n, b),
+            None => OFF,
+        };
+        let mk = |len, dfa, lex, hex, utf, excl| {
+            Some(Some(Frame::Str {
+                spec,
+                len,
+                dfa,
+                lex,
+                hex,
+                utf,
+                excl,
+            }))
+        };
+        if utf != 0 {
+            let rem = utf >> 4;
+            let code = utf & 0xF;
+            if !cont_ok(code, b) {
+                return None;
+            }
+            let (l2, d2) = self.str_char(spec, len, dfa, &[b], false)?;
+            let nutf = if rem == 1 { 0 } else { ((rem - 1) << 4) | 0 };
+            return mk(l2, d2, 0, 0, nutf, trie(excl));
+        }
+        match lex {
+            0 => match b {
+                b'"' => {
+                    if self.str_can_close(spec, len, dfa, excl) {
+                        Some(None)
+                    } else {
+                        None
+                    }
+                }
+                b'\\' => {
+                    // Some escape must be possible.
+                    let ok = b"\"\\ntrbf"
+                        .iter()
+                        .any(|&e| self.str_char(spec, len, dfa, &[short_escape(e).unwrap()], true).is_some())
+                        || self.ctrl_possible(spec, len, dfa);
+                    if ok {
+                        mk(len, dfa, 1, 0, 0, trie(excl))
+                    } else {
+                        None
+                    }
+                }
+                0x00..=0x1F => None,
+                0x20..=0x7F => {
+                    let (l2, d2) = self.str_char(spec, len, dfa, &[b], true)?;
+                    mk(l2, d2, 0, 0, 0, trie(excl))
+                }
+                _ => {
+                    let (n, code) = lead(b)?;
+                    let (l2, d2) = self.str_char(spec, len, dfa, &[b], true)?;
+                    mk(l2, d2, 0, 0, (n << 4) | code, trie(excl))
+                }
+            },
+            1 => {
+                if let Some(d) = short_escape(b) {
+                    let (l2, d2) = self.str_char(spec, len, dfa, &[d], true)?;
+                    mk(l2, d2, 0, 0, 0, trie(excl))
+                } else if b == b'u' && self.ctrl_possible(spec, len, dfa) {
+                    mk(len, dfa, 2, 0, 0, trie(excl))
+                } else {
+                    None
+                }
+            }
+            2 | 3 => {
+                if b == b'0' {
+                    mk(len, dfa, lex + 1, 0, 0, trie(excl))
+                } else {
+                    None
+                }
+            }
+            4 => {
+                if b == b'0' || b == b'1' {
+                    let x = b - b'0';
+                    let any = (0..16u8).any(|y| self.ctrl_ok(spec, len, dfa, x * 16 + y));
+                    if any {
+                        mk(len, dfa, 5, x, 0, trie(excl))
+                    } else {
+                        None
+                    }
+                } else {
+                    None
+                }
+            }
+            5 => {
+                let y = hexval(b)?;
+                let c = hex * 16 + y;
+                if !self.ctrl_ok(spec, len, dfa, c) {
+                    return None;
+                }
+                let (l2, d2) = self.str_char(spec, len, dfa, &[c], true)?;
+                mk(l2, d2, 0, 0, 0, trie(excl))
+            }
+            _ => None,
+        }
+    }
+
+    /// A control character that is written `\u00XX` canonically.
+    fn ctrl_ok(&self, spec: u32, len: u32, dfa: u32, c: u8) -> bool {
+        c < 0x20 && !matches!(c, 0x08 | 0x09 | 0x0A | 0x0C | 0x0D) && self.str_char(spec, len, dfa, &[c], true).is_some()
+    }
+
+    fn ctrl_possible(&self, spec: u32, len: u32, dfa: u32) -> bool {
+        (0..0x20u8).any(|c| self.ctrl_ok(spec, len, dfa, c))
+    }
+
+    // ---------- objects ----------
+
+    fn obj_can_close(&self, spec: u32, next: u32, emitted: u32) -> bool {
+        let o = &self.ir.objs[spec as usize];
+        self.next_req[spec as usize][next as usize] as usize == o.props.len() && emitted >= o.min
+    }
+
+    /// Listed property `j` may be emitted next (from position `next`, `emitted` so far).
+    fn prop_ok(&self, spec: u32, next: u32, emitted: u32, j: u32) -> bool {
+        let o = &self.ir.objs[spec as usize];
+        if j < next || j as usize >= o.props.len() {
+            return false;
+        }
+        if self.next_req[spec as usize][next as usize] < j {
+            return false; // would skip a required property
+        }
+        if !self.live(o.props[j as usize].node) {
+            return false;
+        }
+        if o.max.is_some_and(|m| emitted + 1 > m) {
+            return false;
+        }
+        // Enough live properties after j to reach min.
+        emitted + 1 + self.suffix_live[spec as usize][j as usize + 1] >= o.min
+    }
+
+    fn extra_ok(&self, spec: u32, next: u32, emitted: u32) -> bool {
+        let o = &self.ir.objs[spec as usize];
+        match o.extra {
+            Some(n) => {
+                self.live(n)
+                    && self.next_req[spec as usize][next as usize] as usize == o.props.len()
+                    && emitted >= o.min
+                    && o.max.is_none_or(|m| emitted < m)
+            }
+            None => false,
+        }
+    }
+
+    fn can_continue(&self, spec: u32, next: u32, emitted: u32) -> bool {
+        let o = &self.ir.objs[spec as usize];
+        (next..o.props.len() as u32).any(|j| self.prop_ok(spec, next, emitted, j)) || self.extra_ok(spec, next, emitted)
+    }
+
+    fn sat_emitted(&self, spec: u32, e: u32) -> u32 {
+        let o = &self.ir.objs[spec as usize];
+        if o.max.is_none() {
+            e.min(o.min)
+        } else {
+            e
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn obj_step(&self, mut t: Thread, spec: u32, next: u32, emitted: u32, ph: ObjPh, ws: u32, b: u8, out: &mut Vec<Thread>) {
+        let o = &self.ir.objs[spec as usize];
+        let set = |t: &mut Thread, next: u32, emitted: u32, ph: ObjPh, ws: u32| {
+            *t.last_mut().unwrap() = Frame::Obj {
+                spec,
+                next,
+                emitted,
+                ph,
+                ws,
+            };
+        };
+        let ws_here = matches!(
+            ph,
+            ObjPh::Open | ObjPh::Comma | ObjPh::Colon { .. } | ObjPh::Value { .. } | ObjPh::After
+        );
+        if ws_here && is_ws(b) {
+            if ws < self.ws_max {
+                set(&mut t, next, emitted, ph, ws + 1);
+                out.push(t);
+            }
+            return;
+        }
+        match ph {
+            ObjPh::Open | ObjPh::Comma => {
+                if b == b'}' && ph == ObjPh::Open {
+                    if self.obj_can_close(spec, next, emitted) {
+                        self.finish(t, out);
+                    }
+                    return;
+                }
+                if b != b'"' {
+                    return;
+                }
+                for j in next..o.props.len() as u32 {
+                    if self.prop_ok(spec, next, emitted, j) {
+                        let mut t2 = t.clone();
+                        let e2 = self.sat_emitted(spec, emitted + 1);
+                        set(&mut t2, j + 1, e2, ObjPh::Key { prop: j, pos: 0 }, 0);
+                        out.push(t2);
+                    }
+                    if o.props[j as usize].required {
+                        break;
+                    }
+                }
+                if self.extra_ok(spec, next, emitted) {
+                    let e2 = self.sat_emitted(spec, emitted + 1);
+                    set(&mut t, o.props.len() as u32, e2, ObjPh::ExtraKey, 0);
+                    t.push(self.str_frame(o.extra_key));
+                    out.push(t);
+                }
+            }
+            ObjPh::Key { prop, pos } => {
+                let key = &o.props[prop as usize].key;
+                if pos as usize == key.len() {
+                    if b == b'"' {
+                        set(&mut t, next, emitted, ObjPh::Colon { prop }, 0);
+                        out.push(t);
+                    }
+                } else if key[pos as usize] == b {
+                    set(&mut t, next, emitted, ObjPh::Key { prop, pos: pos + 1 }, 0);
+                    out.push(t);
+                }
+            }
+            ObjPh::Colon { prop } => {
+                if b == b':' {
+                    set(&mut t, next, emitted, ObjPh::Value { prop }, 0);
+                    out.push(t);
+                }
+            }
+            ObjPh::Value { prop } => {
+                let n = if prop == EXTRA {
+                    o.extra.unwrap()
+                } else {
+                    o.props[prop as usize].node
+                };
+                set(&mut t, next, emitted, ObjPh::InValue, 0);
+                self.start_value(t, n, b, out);
+            }
+            ObjPh::After => {
+                if b == b'}' {
+                    if self.obj_can_close(spec, next, emitted) {
+                        self.finish(t, out);
+                    }
+                } else if b == b',' && self.can_continue(spec, next, emitted) {
+                    set(&mut t, next, emitted, ObjPh::Comma, 0);
+                    out.push(t);
+                }
+            }
+            ObjPh::ExtraKey | ObjPh::InValue => {}
+        }
+    }
+
+    // ---------- shortest completion ----------
+
+    /// Bytes that finish the top frame of `t` (a leaf or a container), assuming any child
+    /// above it has finished.
+    fn finish_frame(&self, f: &Frame) -> Option<Vec<u8>> {
+        match f {
+            Frame::Root { ph, .. } => {
+                if *ph == 0 {
+                    Some(self.min_text(self.ir.root))
+                } else {
+                    Some(Vec::new())
+                }
+            }
+            Frame::Lit { id, pos } => Some(self.ir.lits[*id as usize][*pos as usize..].to_vec()),
+            Frame::Num { spec, buf } => num::shortest(&self.ir.nums[*spec as usize], buf),
+            Frame::Str { .. } => self.str_shortest(f),
+            Frame::Arr { spec, count, ph, .. } => {
+                let a = &self.ir.arrs[*spec as usize];
+                let mut o = Vec::new();
+                let mut c = *count;
+                let mut first = matches!(ph, ArrPh::Open);
+                if matches!(ph, ArrPh::Comma) {
+                    let n = self.arr_item(*spec, c)?;
+                    o.extend(self.min_text(n));
+                    c += 1;
+                    first = false;
+                }
+                while c < a.min {
+                    let n = self.arr_item(*spec, c)?;
+                    if !first {
+                        o.push(b',');
+                    }
+                    o.extend(self.min_text(n));
+                    c += 1;
+                    first = false;
+                }
+                o.push(b']');
+                Some(o)
+            }
+            Frame::Obj {
+                spec, next, emitted, ph, ..
+            } => {
+                let o = &self.ir.objs[*spec as usize];
+                let mut out = Vec::new();
+                let (next, emitted, first) = match *ph {
+                    ObjPh::Open => (*next, *emitted, true),
+                    ObjPh::After => (*next, *emitted, false),
+                    ObjPh::Comma | ObjPh::Key { .. } | ObjPh::Colon { .. } | ObjPh::Value { .. } | ObjPh::ExtraKey | ObjPh::InValue => {
+                        // Finish the current member first.
+                        match *ph {
+                            ObjPh::Comma => {
+                                // Need one member: the cheapest allowed.
+                                let mut best: Option<(Vec<u8>, u32)> = None;
+                                for j in *next..o.props.len() as u32 {
+                                    if self.prop_ok(*spec, *next, *emitted, j) {
+                                        let m = self.member_text(*spec, j);
+                                        let rest = self.obj_rest(*spec, j + 1, self.sat_emitted(*spec, emitted + 1), false)?;
+                                        let mut c = m;
+                                        c.extend(rest);
+                                        if best.as_ref().is_none_or(|(b, _)| c.len() < b.len()) {
+                                            best = Some((c, j));
+                                        }
+                                    }
+                                    if o.props[j as usize].required {
+                                        break;
+                                    }
+                                }
+                                if best.is_none() && self.extra_ok(*spec, *next, *emitted) {
+                                    let mut c = b"\"".to_vec();
+                                    c.extend(self.str_shortest(&self.str_frame(o.extra_key))?);
+                                    c.push(b':');
+                                    c.extend(self.min_text(o.extra.unwrap()));
+                                    c.push(b'}');
+                                    best = Some((c, 0));
+                                }
+                                return best.map(|b| b.0);
+                            }
+                            ObjPh::Key { prop, pos } => {
+                                out.extend_from_slice(&o.props[prop as usize].key[pos as usize..]);
+                                out.extend_from_slice(b"\":");
+                                out.extend(self.min_text(o.props[prop as usize].node));
+                            }
+                            ObjPh::Colon { prop } => {
+                                out.push(b':');
+                                out.extend(self.min_text(if prop == EXTRA {
+                                    o.extra.unwrap()
+                                } else {
+                                    o.props[prop as usize].node
+                                }));
+                            }
+                            ObjPh::Value { prop } => {
+                                out.extend(self.min_text(if prop == EXTRA {
+                                    o.extra.unwrap()
+                                } else {
+                                    o.props[prop as usize].node
+                                }));
+                            }
+                            ObjPh::ExtraKey => {
+                                // The key string on top finished: colon and value follow.
+                                out.push(b':');
+                                out.extend(self.min_text(o.extra.unwrap()));
+                            }
+                            _ => {}
+                        }
+                        (*next, *emitted, false)
+                    }
+                };
+                out.extend(self.obj_rest(*spec, next, emitted, first)?);
+                Some(out)
+            }
+        }
+    }
+
+    fn member_text(&self, spec: u32, j: u32) -> Vec<u8> {
+        let p = &self.ir.objs[spec as usize].props[j as usize];
+        let mut m = vec![b'"'];
+        m.extend_from_slice(&p.key);
+        m.extend_from_slice(b"\":");
+        m.extend(self.min_text(p.node));
+        m
+    }
+
+    /// Cheapest way to close an object from position `next` with `emitted` members so far.
+    fn obj_rest(&self, spec: u32, next: u32, emitted: u32, first: bool) -> Option<Vec<u8>> {
+        let o = &self.ir.objs[spec as usize];
+        let n = o.props.len() as u32;
+        // Required members after next, plus cheapest optional ones to reach min.
+        let mut chosen: Vec<u32> = (next..n).filter(|&j| o.props[j as usize].required).collect();
+        let mut count = emitted + chosen.len() as u32;
+        if count < o.min {
+            let mut opt: Vec<(u64, u32)> = (next..n)
+                .filter(|&j| !o.props[j as usize].required && self.live(o.props[j as usize].node))
+                .map(|j| {
+                    (
+                        self.ir.nodes[o.props[j as usize].node as usize].min_len + o.props[j as usize].key.len() as u64,
+                        j,
+                    )
+                })
+                .collect();
+            opt.sort();
+            for (_, j) in opt {
+                if count >= o.min {
+                    break;
+                }
+                chosen.push(j);
+                count += 1;
+            }
+            if count < o.min {
+                return None;
+            }
+            chosen.sort();
+        }
+        let mut out = Vec::new();
+        let mut first = first;
+        for j in chosen {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            out.extend(self.member_text(spec, j));
+        }
+        out.push(b'}');
+        Some(out)
+    }
+
+    /// Shortest bytes that close a string frame (BFS over the frame's own states).
+    fn str_shortest(&self, f: &Frame) -> Option<Vec<u8>> {
+        use std::collections::{HashMap, VecDeque};
+        let key = |f: &Frame| match f {
+            Frame::Str {
+                spec,
+                len,
+                dfa,
+                lex,
+                hex,
+                utf,
+                excl,
+            } => {
+                let s = &self.ir.strs[*spec as usize];
+                (
+                    len.min(&s.min.max(1)).to_owned(),
+                    *dfa,
+                    *lex,
+                    *hex,
+                    *utf,
+                    (*excl).min(u32::MAX),
+                    s.max.is_some().then_some(*len),
+                )
+            }
+            _ => unreachable!(),
+        };
+        let mut prev: HashMap<_, (Option<_>, u8)> = HashMap::new();
+        let mut q = VecDeque::new();
+        let k0 = key(f);
+        prev.insert(k0, (None, 0));
+        q.push_back(f.clone());
+        // Candidate bytes: ASCII letters first, then everything.
+        let order: Vec<u8> = (b'a'..=b'z').chain(0u8..=255).collect();
+        let mut budget = 200_000usize;
+        while let Some(cur) = q.pop_front() {
+            let kc = key(&cur);
+            for &b in &order {
+                budget = budget.checked_sub(1)?;
+                match self.str_step(&cur, b) {
+                    None => {}
+                    Some(None) => {
+                        // Closed: rebuild the path.
+                        let mut path = vec![b];
+                        let mut k = kc;
+                        while let Some((Some(pk), pb)) = prev.get(&k).cloned() {
+                            path.push(pb);
+                            k = pk;
+                        }
+                        path.reverse();
+                        return Some(path);
+                    }
+                    Some(Some(nf)) => {
+                        let kn = key(&nf);
+                        if let std::collections::hash_map::Entry::Vacant(e) = prev.entry(kn) {
+                            e.insert((Some(kc), b));
+                            q.push_back(nf);
+                        }
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// Shortest text of a value of node `n` (the node must be live).
+    pub fn min_text(&self, n: NodeId) -> Vec<u8> {
+        let node = &self.ir.nodes[n as usize];
+        let best = (0..node.alts.len()).min_by_key(|&i| node.alt_len[i]);
+        match best {
+            Some(i) => self.alt_min_text(node.alts[i]).unwrap_or_default(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Shortest lengths of every node (a fixpoint: recursion through children), then drop
+    /// the alternatives that have no valid text.
+    fn compute_min_lens(&mut self) {
+        const INF: u64 = u64::MAX;
+        let mut leaf: std::collections::HashMap<Alt, u64> = std::collections::HashMap::new();
+        for n in &self.ir.nodes {
+            for &a in &n.alts {
+                if matches!(a, Alt::Arr(_) | Alt::Obj(_)) || leaf.contains_key(&a) {
+                    continue;
+                }
+                let l = self.alt_min_text(a).map_or(INF, |t| t.len() as u64);
+                leaf.insert(a, l);
+            }
+        }
+        let mut lens: Vec<u64> = vec![INF; self.ir.nodes.len()];
+        loop {
+            let mut changed = false;
+            for i in 0..self.ir.nodes.len() {
+                let mut best = INF;
+                for &a in &self.ir.nodes[i].alts {
+                    let l = match a {
+                        Alt::Arr(_) | Alt::Obj(_) => self.single_alt_len(a, &lens),
+                        _ => leaf[&a],
+                    };
+                    best = best.min(l);
+                }
+                if best < lens[i] {
+                    lens[i] = best;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        for (i, n) in self.ir.nodes.iter_mut().enumerate() {
+            n.min_len = lens[i];
+        }
+        // Per-alternative lengths with the final node lengths; drop dead alternatives.
+        for i in 0..self.ir.nodes.len() {
+            let alts = self.ir.nodes[i].alts.clone();
+            let mut keep = Vec::new();
+            let mut al = Vec::new();
+            for a in alts {
+                let l = match a {
+                    Alt::Arr(_) | Alt::Obj(_) => self.single_alt_len(a, &lens),
+                    _ => leaf[&a],
+                };
+                if l != INF {
+                    keep.push(a);
+                    al.push(l);
+                }
+            }
+            self.ir.nodes[i].alts = keep;
+            self.ir.nodes[i].alt_len = al;
+        }
+    }
+
+    fn single_alt_len(&self, a: Alt, lens: &[u64]) -> u64 {
+        const INF: u64 = u64::MAX;
+        let add = |a: u64, b: u64| if a == INF || b == INF { INF } else { a + b };
+        match a {
+            Alt::Arr(s) => {
+                let sp = &self.ir.arrs[s as usize];
+                if sp.max.is_some_and(|m| m < sp.min) {
+                    return INF;
+                }
+                let mut t = 2 + u64::from(sp.min.saturating_sub(1));
+                for k in 0..sp.min as usize {
+                    let item = sp.prefix.get(k).copied().or(sp.items);
+                    t = add(t, item.map_or(INF, |n| lens[n as usize]));
+                }
+                t
+            }
+            Alt::Obj(s) => {
+                let sp = &self.ir.objs[s as usize];
+                let mut t = 2u64;
+                let mut count = 0u32;
+                let mut opt = Vec::new();
+                for p in &sp.props {
+                    let c = add(p.key.len() as u64 + 3, lens[p.node as usize]);
+                    if p.required {
+                        t = add(t, c);
+                        count += 1;
+                    } else if c != INF {
+                        opt.push(c);
+                    }
+                }
+                opt.sort();
+                let mut it = opt.into_iter();
+                while count < sp.min {
+                    match it.next() {
+                        Some(c) => {
+                            t = add(t, c);
+                            count += 1;
+                        }
+                        None => return INF,
+                    }
+                }
+                if sp.max.is_some_and(|m| count > m) {
+                    return INF;
+                }
+                add(t, u64::from(count.saturating_sub(1)))
+            }
+            _ => INF,
+        }
+    }
+
+    pub fn alt_min_text(&self, a: Alt) -> Option<Vec<u8>> {
+        match a {
+            Alt::Lit(id) => Some(self.ir.lits[id as usize].clone()),
+            Alt::Num(s) => num::shortest(&self.ir.nums[s as usize], b""),
+            Alt::Str(s) => {
+                let mut v = vec![b'"'];
+                v.extend(self.str_shortest(&self.str_frame(s))?);
+                Some(v)
+            }
+            Alt::Arr(s) => {
+                let mut v = vec![b'['];
+                v.extend(self.finish_frame(&Frame::Arr {
+                    spec: s,
+                    count: 0,
+                    ph: ArrPh::Open,
+                    ws: 0,
+                })?);
+                Some(v)
+            }
+            Alt::Obj(s) => {
+                let mut v = vec![b'{'];
+                v.extend(self.obj_rest(s, 0, 0, true)?);
+                Some(v)
+            }
+        }
+    }
+
+    pub fn shortest_completion(&self, s: &State) -> Vec<u8> {
+        let mut best: Option<Vec<u8>> = None;
+        for t in &s.threads {
+            if let Some(c) = self.thread_completion(t) {
+                if best.as_ref().is_none_or(|b| c.len() < b.len()) {
+                    best = Some(c);
+                }
+            }
+        }
+        best.unwrap_or_default()
+    }
+
+    fn thread_completion(&self, t: &Thread) -> Option<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut stack = t.clone();
+        while let Some(top) = stack.last().cloned() {
+            out.extend(self.finish_frame(&top)?);
+            stack.pop();
+            if stack.is_empty() {
+                break;
+            }
+            self.child_done(&mut stack);
+            // The root after its value has nothing more to add.
+        }
+        Some(out)
+    }
+
+    pub fn plain_chars_allowed(&self, s: &State) -> Option<u32> {
+        let mut best: Option<u32> = None;
+        for t in &s.threads {
+            if let Some(Frame::Str {
+                spec, len, lex: 0, utf: 0, ..
+            }) = t.last()
+            {
+                let sp = &self.ir.strs[*spec as usize];
+                if sp.dfa.is_none() {
+                    let n = sp.max.map_or(u32::MAX, |m| m - len);
+                    best = Some(best.map_or(n, |b: u32| b.max(n)));
+                }
+            }
+        }
+        best
+    }
+
+    /// Does the node accept exactly this text (compact)? Used for literal filtering.
+    pub fn node_accepts(&self, n: NodeId, text: &[u8]) -> bool {
+        let mut st = State { threads: Vec::new() };
+        let mut first = true;
+        for &b in text {
+            let mut out = Vec::new();
+            if first {
+                self.start_value(vec![Frame::Root { ph: 1, ws: 0 }], n, b, &mut out);
+                first = false;
+            } else {
+                for t in &st.threads {
+                    self.advance(t.clone(), b, &mut out);
+                }
+            }
+            out.sort();
+            out.dedup();
+            if out.is_empty() {
+                return false;
+            }
+            st.threads = out;
+        }
+        !first && self.is_accepting(&st)
+    }
+
+    pub fn lit_ids(&self) -> (u32, u32, u32) {
+        (LIT_NULL, LIT_TRUE, LIT_FALSE)
+    }
+}

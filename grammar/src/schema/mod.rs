@@ -1,0 +1,1205 @@
+//! JSON Schema -> IR.
+//!
+//! Each subschema location (a JSON Pointer into the document) is read into a disjunction of
+//! [`Typed`] conjunctions: `type` splits, `allOf` and `$ref` intersect, `anyOf`/`oneOf`
+//! distribute. Children (properties, items) stay as *keys*: sets of locations whose
+//! conjunction is the child's schema, compiled on demand into IR nodes, so recursive
+//! schemas are cycles in the node graph and intersections of recursive schemas terminate.
+
+pub mod pattern;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::rc::Rc;
+use std::time::Instant;
+
+use serde_json::{Map, Value};
+
+use crate::compile::dfa::{Dfa, LenTable};
+use crate::compile::num;
+use crate::compile::{CompileError, Config, Relaxed};
+use crate::ir::*;
+
+type Key = Vec<u32>;
+const FALSE_LOC: u32 = 0;
+static FALSE_VALUE: Value = Value::Bool(false);
+
+const T_NULL: u8 = 1;
+const T_BOOL: u8 = 2;
+const T_INT: u8 = 4;
+const T_NUM: u8 = 8;
+const T_STR: u8 = 16;
+const T_ARR: u8 = 32;
+const T_OBJ: u8 = 64;
+const T_ALL: u8 = 127;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Draft {
+    D4,
+    D6,
+    D7,
+    D2019,
+    D2020,
+}
+
+#[derive(Clone, Debug)]
+struct Typed {
+    t: u8,
+    lo: i128,
+    hi: i128,
+    q: i128,
+    smin: u32,
+    smax: Option<u32>,
+    /// Anchored regexes with a label; formats are flagged (a subset of the real format).
+    pats: Vec<(String, String, bool)>,
+    amin: u32,
+    amax: Option<u32>,
+    prefix: Vec<Key>,
+    items: Key,
+    props: Vec<(String, Key)>,
+    req: Vec<String>,
+    extra: Option<Key>,
+    has_props: bool,
+    omin: u32,
+    omax: Option<u32>,
+    lits: Option<Vec<Value>>,
+}
+
+impl Typed {
+    fn any() -> Typed {
+        Typed {
+            t: T_ALL,
+            lo: -BIG,
+            hi: BIG,
+            q: 1,
+            smin: 0,
+            smax: None,
+            pats: Vec::new(),
+            amin: 0,
+            amax: None,
+            prefix: Vec::new(),
+            items: Vec::new(),
+            props: Vec::new(),
+            req: Vec::new(),
+            extra: None,
+            has_props: false,
+            omin: 0,
+            omax: None,
+            lits: None,
+        }
+    }
+    fn item_key(&self, i: usize) -> Key {
+        self.prefix.get(i).cloned().unwrap_or_else(|| self.items.clone())
+    }
+    fn prop_key(&self, name: &str) -> Key {
+        match self.props.iter().find(|(n, _)| n == name) {
+            Some((_, k)) => k.clone(),
+            None => self.extra.clone().unwrap_or_default(),
+        }
+    }
+}
+
+fn union_key(a: &Key, b: &Key) -> Key {
+    let mut k: Key = a.iter().chain(b.iter()).copied().collect();
+    k.sort_unstable();
+    k.dedup();
+    k
+}
+
+fn min_opt(a: Option<u32>, b: Option<u32>) -> Option<u32> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+fn gcd(a: i128, b: i128) -> i128 {
+    if b == 0 {
+        a.abs()
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// JSON equality with numbers compared by value.
+fn json_eq(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            let (xs, ys) = (x.to_string(), y.to_string());
+            match (num::scaled(&xs), num::scaled(&ys)) {
+                (Some((p, true)), Some((q, true))) => p == q,
+                _ => xs == ys,
+            }
+        }
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_eq(p, q)),
+        (Value::Object(x), Value::Object(y)) => x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w))),
+        _ => a == b,
+    }
+}
+
+fn intersect(a: &Typed, b: &Typed) -> Option<Typed> {
+    let mut r = a.clone();
+    r.t &= b.t;
+    // INT and NUM: NUM includes integers.
+    let num_a = a.t & (T_INT | T_NUM);
+    let num_b = b.t & (T_INT | T_NUM);
+    let num = if num_a == 0 || num_b == 0 {
+        0
+    } else if num_a & T_NUM != 0 && num_b & T_NUM != 0 {
+        T_NUM | T_INT
+    } else {
+        T_INT
+    };
+    r.t = (r.t & !(T_INT | T_NUM)) | num;
+    r.lo = a.lo.max(b.lo);
+    r.hi = a.hi.min(b.hi);
+    r.q = (a.q / gcd(a.q, b.q)).checked_mul(b.q)?;
+    r.smin = a.smin.max(b.smin);
+    r.smax = min_opt(a.smax, b.smax);
+    r.pats.extend(b.pats.iter().cloned());
+    r.amin = a.amin.max(b.amin);
+    r.amax = min_opt(a.amax, b.amax);
+    let n = a.prefix.len().max(b.prefix.len());
+    r.prefix = (0..n).map(|i| union_key(&a.item_key(i), &b.item_key(i))).collect();
+    r.items = union_key(&a.items, &b.items);
+    let mut props: Vec<(String, Key)> = Vec::new();
+    for (name, _) in a.props.iter().chain(b.props.iter()) {
+        if props.iter().any(|(n, _)| n == name) {
+            continue;
+        }
+        props.push((name.clone(), union_key(&a.prop_key(name), &b.prop_key(name))));
+    }
+    r.props = props;
+    for q in &b.req {
+        if !r.req.contains(q) {
+            r.req.push(q.clone());
+        }
+    }
+    r.extra = match (&a.extra, &b.extra) {
+        (None, x) | (x, None) => x.clone(),
+        (Some(x), Some(y)) => Some(union_key(x, y)),
+    };
+    r.has_props = a.has_props || b.has_props;
+    r.omin = a.omin.max(b.omin);
+    r.omax = min_opt(a.omax, b.omax);
+    r.lits = match (&a.lits, &b.lits) {
+        (None, x) | (x, None) => x.clone(),
+        (Some(x), Some(y)) => Some(x.iter().filter(|v| y.iter().any(|w| json_eq(v, w))).cloned().collect()),
+    };
+    if r.t == 0 || r.lits.as_ref().is_some_and(|l| l.is_empty()) {
+        return None;
+    }
+    Some(r)
+}
+
+/// Keywords that carry no constraint.
+const IGNORED: &[&str] = &[
+    "$schema",
+    "$id",
+    "id",
+    "$anchor",
+    "$dynamicAnchor",
+    "$comment",
+    "$defs",
+    "definitions",
+    "title",
+    "description",
+    "default",
+    "examples",
+    "example",
+    "readOnly",
+    "writeOnly",
+    "deprecated",
+    "nullable",
+    "$vocabulary",
+];
+
+pub struct Builder<'a> {
+    root: &'a Value,
+    cfg: &'a Config,
+    draft: Draft,
+    locs: Vec<String>,
+    loc_ids: HashMap<String, u32>,
+    ids: HashMap<String, String>,
+    root_id: Option<String>,
+    dnf_memo: HashMap<u32, Rc<Vec<Typed>>>,
+    in_progress: HashSet<u32>,
+    node_memo: HashMap<Key, NodeId>,
+    queue: VecDeque<(NodeId, Key)>,
+    pub ir: Ir,
+    pub relaxed: Vec<Relaxed>,
+    dfa_memo: HashMap<Vec<String>, Option<u32>>,
+    len_memo: HashMap<(u32, u32), u32>,
+    deadline: Instant,
+    depth: usize,
+    fmt_lits: usize,
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() + 0 && i + 2 <= b.len() - 1 {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn esc_ptr(s: &str) -> String {
+    s.replace('~', "~0").replace('/', "~1")
+}
+
+impl<'a> Builder<'a> {
+    pub fn new(root: &'a Value, cfg: &'a Config) -> Result<Builder<'a>, CompileError> {
+        let draft = match root.get("$schema").and_then(Value::as_str) {
+            Some(s) if s.contains("draft-04") || s.contains("draft-03") => Draft::D4,
+            Some(s) if s.contains("draft-06") => Draft::D6,
+            Some(s) if s.contains("draft-07") => Draft::D7,
+            Some(s) if s.contains("2019-09") => Draft::D2019,
+            _ => Draft::D2020,
+        };
+        let mut b = Builder {
+            root,
+            cfg,
+            draft,
+            locs: vec!["<false>".into()],
+            loc_ids: HashMap::new(),
+            ids: HashMap::new(),
+            root_id: None,
+            dnf_memo: HashMap::new(),
+            in_progress: HashSet::new(),
+            node_memo: HashMap::new(),
+            queue: VecDeque::new(),
+            ir: Ir::default(),
+            relaxed: Vec::new(),
+            dfa_memo: HashMap::new(),
+            len_memo: HashMap::new(),
+            deadline: Instant::now() + std::time::Duration::from_millis(cfg.limits.time_ms),
+            depth: 0,
+            fmt_lits: 0,
+        };
+        // Size, depth and ids.
+        let mut count = 0usize;
+        let mut stack: Vec<(&Value, String, usize)> = vec![(root, String::new(), 0)];
+        while let Some((v, ptr, d)) = stack.pop() {
+            count += 1;
+            if count > cfg.limits.schema_values {
+                return Err(CompileError::Limit {
+                    what: "schema values",
+                    given: count,
+                    limit: cfg.limits.schema_values,
+                });
+            }
+            if d > cfg.limits.depth {
+                return Err(CompileError::Limit {
+                    what: "schema depth",
+                    given: d,
+                    limit: cfg.limits.depth,
+                });
+            }
+            match v {
+                Value::Object(m) => {
+                    for key in ["$id", "id"] {
+                        if let Some(Value::String(s)) = m.get(key) {
+                            if key == "id" && m.get("id").is_some_and(|x| x.is_string()) && ptr.ends_with("/properties") {
+                                continue;
+                            }
+                            if ptr.is_empty() {
+                                b.root_id = Some(s.trim_end_matches('#').to_string());
+                            }
+                            b.ids.entry(s.trim_end_matches('#').to_string()).or_insert(ptr.clone());
+                        }
+                    }
+                    if let Some(Value::String(s)) = m.get("$anchor") {
+                        b.ids.entry(format!("#{s}")).or_insert(ptr.clone());
+                    }
+                    for (k, x) in m {
+                        stack.push((x, format!("{ptr}/{}", esc_ptr(k)), d + 1));
+                    }
+                }
+                Value::Array(a) => {
+                    for (i, x) in a.iter().enumerate() {
+                        stack.push((x, format!("{ptr}/{i}"), d + 1));
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(b)
+    }
+
+    fn loc(&mut self, ptr: &str) -> u32 {
+        if let Some(&i) = self.loc_ids.get(ptr) {
+            return i;
+        }
+        let i = self.locs.len() as u32;
+        self.locs.push(ptr.to_string());
+        self.loc_ids.insert(ptr.to_string(), i);
+        i
+    }
+
+    fn value(&self, loc: u32) -> &'a Value {
+        if loc == FALSE_LOC {
+            return &FALSE_VALUE;
+        }
+        self.root.pointer(&self.locs[loc as usize]).unwrap_or(&FALSE_VALUE)
+    }
+
+    fn unsupported(&mut self, kw: &str, ptr: &str, why: &str) -> Result<(), CompileError> {
+        if self.cfg.lenient {
+            let r = Relaxed {
+                keyword: kw.to_string(),
+                pointer: ptr.to_string(),
+                why: why.to_string(),
+            };
+            if !self.relaxed.contains(&r) {
+                self.relaxed.push(r);
+            }
+            Ok(())
+        } else {
+            Err(CompileError::Unsupported {
+                keyword: kw.to_string(),
+                pointer: ptr.to_string(),
+                why: why.to_string(),
+            })
+        }
+    }
+
+    fn invalid(ptr: &str, msg: impl Into<String>) -> CompileError {
+        CompileError::InvalidSchema {
+            pointer: ptr.to_string(),
+            msg: msg.into(),
+        }
+    }
+
+    fn check_time(&self) -> Result<(), CompileError> {
+        if Instant::now() > self.deadline {
+            return Err(CompileError::Limit {
+                what: "compile time (ms)",
+                given: self.cfg.limits.time_ms as usize + 1,
+                limit: self.cfg.limits.time_ms as usize,
+            });
+        }
+        Ok(())
+    }
+
+    fn resolve_ref(&mut self, r: &str, at: &str) -> Result<u32, CompileError> {
+        let r = r.trim();
+        let target: Option<String> = if r == "#" || r.is_empty() {
+            Some(String::new())
+        } else if let Some(p) = r.strip_prefix("#/") {
+            Some(format!("/{}", percent_decode(p)))
+        } else if r.starts_with('#') {
+            self.ids.get(r).cloned()
+        } else {
+            let (base, frag) = match r.find('#') {
+                Some(i) => (&r[..i], &r[i + 1..]),
+                None => (r, ""),
+            };
+            let base_ptr = if self.root_id.as_deref() == Some(base) {
+                Some(String::new())
+            } else {
+                self.ids.get(base).cloned().or_else(|| {
+                    // A relative id: match on the last path segment.
+                    self.ids
+                        .iter()
+                        .find(|(k, _)| !base.is_empty() && (k.ends_with(&format!("/{base}")) || base.ends_with(&format!("/{k}"))))
+                        .map(|(_, v)| v.clone())
+                })
+            };
+            base_ptr.map(|bp| {
+                if frag.is_empty() {
+                    bp
+                } else {
+                    format!("{bp}{}", percent_decode(frag))
+                }
+            })
+        };
+        match target {
+            Some(t) if self.root.pointer(&t).is_some() => Ok(self.loc(&t)),
+            _ => Err(CompileError::Unsupported {
+                keyword: "$ref".into(),
+                pointer: at.to_string(),
+                why: format!("cannot resolve {r:?} inside this document"),
+            }),
+        }
+    }
+
+    fn key_of(&mut self, ptr: &str) -> Key {
+        vec![self.loc(ptr)]
+    }
+
+    /// The disjunction of conjunctions a location stands for.
+    fn dnf(&mut self, loc: u32) -> Result<Rc<Vec<Typed>>, CompileError> {
+        if let Some(r) = self.dnf_memo.get(&loc) {
+            return Ok(r.clone());
+        }
+        self.check_time()?;
+        let ptr = self.locs[loc as usize].clone();
+        if self.in_progress.contains(&loc) {
+            return Err(CompileError::Unsupported {
+                keyword: "$ref".into(),
+                pointer: ptr,
+                why: "a reference cycle that does not go through a property or item".into(),
+            });
+        }
+        self.depth += 1;
+        if self.depth > self.cfg.limits.depth {
+            return Err(CompileError::Limit {
+                what: "combinator depth",
+                given: self.depth,
+                limit: self.cfg.limits.depth,
+            });
+        }
+        self.in_progress.insert(loc);
+        let r = self.dnf_inner(loc, &ptr);
+        self.in_progress.remove(&loc);
+        self.depth -= 1;
+        let r = Rc::new(r?);
+        self.dnf_memo.insert(loc, r.clone());
+        Ok(r)
+    }
+
+    fn conj(&self, a: Vec<Typed>, b: &[Typed], ptr: &str) -> Result<Vec<Typed>, CompileError> {
+        let mut out = Vec::new();
+        for x in &a {
+            for y in b {
+                if let Some(z) = intersect(x, y) {
+                    out.push(z);
+                }
+            }
+        }
+        if out.len() > self.cfg.limits.alternatives {
+            let _ = ptr;
+            return Err(CompileError::Limit {
+                what: "alternatives after distributing anyOf/oneOf/allOf",
+                given: out.len(),
+                limit: self.cfg.limits.alternatives,
+            });
+        }
+        Ok(out)
+    }
+
+    fn dnf_inner(&mut self, loc: u32, ptr: &str) -> Result<Vec<Typed>, CompileError> {
+        let v = self.value(loc);
+        let m: &Map<String, Value> = match v {
+            Value::Bool(true) => return Ok(vec![Typed::any()]),
+            Value::Bool(false) => return Ok(vec![]),
+            Value::Object(m) => m,
+            _ => return Err(Self::invalid(ptr, "a schema must be an object or a boolean")),
+        };
+        let mut base = Typed::any();
+        let mut conjs: Vec<Rc<Vec<Typed>>> = Vec::new();
+        let old_draft = matches!(self.draft, Draft::D4 | Draft::D6 | Draft::D7);
+        if let Some(r) = m.get("$ref") {
+            let r = r.as_str().ok_or_else(|| Self::invalid(&format!("{ptr}/$ref"), "not a string"))?;
+            let t = self.resolve_ref(r, &format!("{ptr}/$ref"))?;
+            let d = self.dnf(t)?;
+            if old_draft {
+                return Ok((*d).clone());
+            }
+            conjs.push(d);
+        }
+        let p = |k: &str| format!("{ptr}/{}", esc_ptr(k));
+        for (k, x) in m {
+            let kp = p(k);
+            match k.as_str() {
+                "$ref" => {}
+                "type" => {
+                    let mut t = 0u8;
+                    let names: Vec<&Value> = match x {
+                        Value::Array(a) => a.iter().collect(),
+                        other => vec![other],
+                    };
+                    for n in names {
+                        t |= match n.as_str() {
+                            Some("null") => T_NULL,
+                            Some("boolean") => T_BOOL,
+                            Some("integer") => T_INT,
+                            Some("number") => T_NUM | T_INT,
+                            Some("string") => T_STR,
+                            Some("array") => T_ARR,
+                            Some("object") => T_OBJ,
+                            Some("any") if self.draft == Draft::D4 => T_ALL,
+                            _ => return Err(Self::invalid(&kp, format!("unknown type {n}"))),
+                        };
+                    }
+                    base.t &= t;
+                }
+                "enum" => {
+                    let a = x.as_array().ok_or_else(|| Self::invalid(&kp, "not an array"))?;
+                    base.lits = Some(a.clone());
+                }
+                "const" => base.lits = Some(vec![x.clone()]),
+                "multipleOf" => {
+                    let s = x.as_number().ok_or_else(|| Self::invalid(&kp, "not a number"))?.to_string();
+                    match num::scaled(&s) {
+                        Some((q, true)) if q > 0 && q < BIG => base.q = q,
+                        _ => self.unsupported(
+                            k,
+                            &kp,
+                            &format!("multipleOf {s} is not a positive decimal with at most 15 fraction digits"),
+                        )?,
+                    }
+                }
+                "minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum" => {
+                    if let Value::Bool(_) = x {
+                        continue; // draft-04 modifier, read with its bound
+                    }
+                    let s = x.as_number().ok_or_else(|| Self::invalid(&kp, "not a number"))?.to_string();
+                    let (v, exact) = num::scaled(&s).ok_or_else(|| Self::invalid(&kp, "not a number"))?;
+                    let excl_flag = |name: &str| m.get(name).and_then(Value::as_bool).unwrap_or(false);
+                    match k.as_str() {
+                        "minimum" => {
+                            let ex = excl_flag("exclusiveMinimum");
+                            let lo = if exact && !ex { v } else { v + 1 };
+                            base.lo = base.lo.max(lo);
+                        }
+                        "exclusiveMinimum" => base.lo = base.lo.max(v + 1),
+                        "maximum" => {
+                            let ex = excl_flag("exclusiveMaximum");
+                            let hi = if exact && ex { v - 1 } else { v };
+                            base.hi = base.hi.min(hi);
+                        }
+                        _ => {
+                            let hi = if exact { v - 1 } else { v };
+                            base.hi = base.hi.min(hi);
+                        }
+                    }
+                }
+                "minLength" | "maxLength" | "minItems" | "maxItems" | "minProperties" | "maxProperties" => {
+                    let n = x
+                        .as_u64()
+                        .or_else(|| x.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64))
+                        .ok_or_else(|| Self::invalid(&kp, "not a non-negative integer"))?;
+                    let n = n.min(u32::MAX as u64 / 2) as u32;
+                    match k.as_str() {
+                        "minLength" => base.smin = base.smin.max(n),
+                        "maxLength" => base.smax = min_opt(base.smax, Some(n)),
+                        "minItems" => base.amin = base.amin.max(n),
+                        "maxItems" => base.amax = min_opt(base.amax, Some(n)),
+                        "minProperties" => base.omin = base.omin.max(n),
+                        _ => base.omax = min_opt(base.omax, Some(n)),
+                    }
+                }
+                "pattern" => {
+                    let s = x.as_str().ok_or_else(|| Self::invalid(&kp, "not a string"))?;
+                    match pattern::search_regex(s) {
+                        Ok(r) => base.pats.push((r, format!("pattern {s:?}"), false)),
+                        Err(e) => self.unsupported(k, &kp, &format!("pattern {s:?}: {e}"))?,
+                    }
+                }
+                "format" => {
+                    let s = x.as_str().unwrap_or("");
+                    match pattern::format_regex(s) {
+                        Some(r) => base.pats.push((r, format!("format {s:?}"), true)),
+                        None => self.unsupported(k, &kp, &format!("format {s:?} is not enforced"))?,
+                    }
+                }
+                "items" => match x {
+                    Value::Array(a) => {
+                        base.prefix = (0..a.len()).map(|i| self.key_of(&format!("{kp}/{i}"))).collect();
+                        base.items = match m.get("additionalItems") {
+                            Some(_) => self.key_of(&p("additionalItems")),
+                            None => Vec::new(),
+                        };
+                    }
+                    _ => {
+                        if m.contains_key("prefixItems") {
+                            base.items = self.key_of(&kp);
+                        } else {
+                            base.items = self.key_of(&kp);
+                        }
+                    }
+                },
+                "prefixItems" => {
+                    let a = x.as_array().ok_or_else(|| Self::invalid(&kp, "not an array"))?;
+                    base.prefix = (0..a.len()).map(|i| self.key_of(&format!("{kp}/{i}"))).collect();
+                }
+                "additionalItems" => {}
+                "properties" => {
+                    let o = x.as_object().ok_or_else(|| Self::invalid(&kp, "not an object"))?;
+                    base.has_props = true;
+                    base.props = o
+                        .keys()
+                        .map(|n| (n.clone(), self.key_of(&format!("{kp}/{}", esc_ptr(n)))))
+                        .collect();
+                }
+                "required" => {
+                    if let Value::Array(a) = x {
+                        for n in a {
+                            let n = n.as_str().ok_or_else(|| Self::invalid(&kp, "not a string"))?;
+                            if !base.req.iter().any(|r| r == n) {
+                                base.req.push(n.to_string());
+                            }
+                        }
+                    } else if x.is_boolean() && self.draft == Draft::D4 {
+                    } else {
+                        return Err(Self::invalid(&kp, "not an array"));
+                    }
+                }
+                "additionalProperties" => match x {
+                    Value::Bool(true) => {}
+                    Value::Bool(false) => base.extra = Some(vec![FALSE_LOC]),
+                    _ => base.extra = Some(self.key_of(&kp)),
+                },
+                "patternProperties" => {
+                    if x.as_object().is_some_and(|o| !o.is_empty()) {
+                        base.has_props = true;
+                        self.unsupported(k, &kp, "pattern-matched property names are not generated")?;
+                        // Lenient: the listed names still must satisfy the matching patterns;
+                        // unlisted keys are not generated either way.
+                    }
+                }
+                "allOf" | "anyOf" | "oneOf" => {
+                    let a = x.as_array().ok_or_else(|| Self::invalid(&kp, "not an array"))?;
+                    let mut branches = Vec::new();
+                    for i in 0..a.len() {
+                        let l = self.loc(&format!("{kp}/{i}"));
+                        branches.push(self.dnf(l)?);
+                    }
+                    match k.as_str() {
+                        "allOf" => conjs.extend(branches),
+                        "anyOf" => conjs.push(Rc::new(branches.iter().flat_map(|b| b.iter().cloned()).collect())),
+                        _ => {
+                            let mut overlap = None;
+                            'o: for i in 0..branches.len() {
+                                for j in i + 1..branches.len() {
+                                    if !self.dnf_disjoint(&branches[i], &branches[j], 3) {
+                                        overlap = Some((i, j));
+                                        break 'o;
+                                    }
+                                }
+                            }
+                            if let Some((i, j)) = overlap {
+                                self.unsupported(
+                                    k,
+                                    &kp,
+                                    &format!("branches {i} and {j} may both match; exactly-one is not enforceable"),
+                                )?;
+                            }
+                            conjs.push(Rc::new(branches.iter().flat_map(|b| b.iter().cloned()).collect()));
+                        }
+                    }
+                }
+                "not" => {
+                    // `not` of something nothing satisfies is no constraint.
+                    let l = self.loc(&kp);
+                    let d = self.dnf(l)?;
+                    if !d.is_empty() {
+                        self.unsupported(k, &kp, "negation is not enforced")?;
+                    }
+                }
+                "uniqueItems" => {
+                    if x.as_bool() == Some(true) {
+                        self.unsupported(k, &kp, "uniqueness across items is not enforced")?;
+                    }
+                }
+                "if" => {
+                    if m.contains_key("then") || m.contains_key("else") {
+                        self.unsupported(k, &kp, "conditional schemas are not enforced")?;
+                    }
+                }
+                "then" | "else" => {}
+                "dependencies" | "dependentRequired" | "dependentSchemas" => {
+                    if x.as_object().is_some_and(|o| !o.is_empty()) {
+                        if k == "dependencies" && self.draft == Draft::D2020 && !self.cfg.lenient {
+                            // 2020-12 readers (and the validator) ignore `dependencies`.
+                        }
+                        self.unsupported(k, &kp, "property dependencies are not enforced")?;
+                    }
+                }
+                "contains"
+                | "minContains"
+                | "maxContains"
+                | "propertyNames"
+                | "unevaluatedProperties"
+                | "unevaluatedItems"
+                | "$dynamicRef"
+                | "$recursiveRef"
+                | "discriminator" => {
+                    if k == "propertyNames" && x.as_bool() == Some(true) {
+                        continue;
+                    }
+                    self.unsupported(k, &kp, "not enforced by the grammar")?;
+                }
+                "contentEncoding" | "contentMediaType" | "contentSchema" => {
+                    if matches!(self.draft, Draft::D6 | Draft::D7) {
+                        self.unsupported(k, &kp, "content is not enforced")?;
+                    }
+                }
+                _ => {
+                    let _ = IGNORED;
+                }
+            }
+        }
+        let mut acc = vec![base];
+        for c in conjs {
+            acc = self.conj(acc, &c, ptr)?;
+        }
+        Ok(acc)
+    }
+
+    // ---------- disjointness (for oneOf) ----------
+
+    fn key_dnf(&mut self, k: &Key) -> Result<Vec<Typed>, CompileError> {
+        let mut acc = vec![Typed::any()];
+        for &l in k {
+            let d = self.dnf(l)?;
+            acc = self.conj(acc, &d, "")?;
+        }
+        Ok(acc)
+    }
+
+    fn dnf_disjoint(&mut self, a: &[Typed], b: &[Typed], depth: u32) -> bool {
+        a.iter().all(|x| b.iter().all(|y| self.typed_disjoint(x, y, depth)))
+    }
+
+    fn key_disjoint(&mut self, a: &Key, b: &Key, depth: u32) -> bool {
+        if depth == 0 {
+            return false;
+        }
+        let (Ok(x), Ok(y)) = (self.key_dnf(a), self.key_dnf(b)) else {
+            return false;
+        };
+        self.dnf_disjoint(&x, &y, depth - 1)
+    }
+
+    /// True only when no JSON value satisfies both (as the validator reads them).
+    fn typed_disjoint(&mut self, a: &Typed, b: &Typed, depth: u32) -> bool {
+        // Literal sets decide alone.
+        if let Some(la) = a.lits.clone() {
+            return la.iter().all(|v| !self.value_ok(a, v, true) || !self.value_ok(b, v, true));
+        }
+        if let Some(lb) = b.lits.clone() {
+            return lb.iter().all(|v| !self.value_ok(b, v, true) || !self.value_ok(a, v, true));
+        }
+        let common = a.t & b.t;
+        if common & (T_NULL | T_BOOL) != 0 {
+            return false;
+        }
+        if a.t & (T_INT | T_NUM) != 0 && b.t & (T_INT | T_NUM) != 0 && a.lo.max(b.lo) <= a.hi.min(b.hi) {
+            return false;
+        }
+        if common & T_STR != 0 {
+            let lo = a.smin.max(b.smin);
+            let hi = min_opt(a.smax, b.smax);
+            if hi.is_none_or(|h| lo <= h) {
+                return false;
+            }
+        }
+        if common & T_ARR != 0 {
+            let lo = a.amin.max(b.amin);
+            let hi = min_opt(a.amax, b.amax);
+            let by_len = hi.is_some_and(|h| lo > h);
+            let by_item = (0..a.amin.min(b.amin) as usize).any(|i| self.key_disjoint(&a.item_key(i), &b.item_key(i), depth));
+            if !by_len && !by_item {
+                return false;
+            }
+        }
+        if common & T_OBJ != 0 {
+            let lo = a.omin.max(b.omin);
+            let hi = min_opt(a.omax, b.omax);
+            let mut ok = hi.is_some_and(|h| lo > h);
+            if !ok {
+                let names: Vec<String> = a.req.iter().chain(b.req.iter()).cloned().collect();
+                for n in names {
+                    let ra = a.req.contains(&n);
+                    let rb = b.req.contains(&n);
+                    let ka = a.prop_key(&n);
+                    let kb = b.prop_key(&n);
+                    // Required on one side, impossible on the other.
+                    if (ra && kb == vec![FALSE_LOC]) || (rb && ka == vec![FALSE_LOC]) {
+                        ok = true;
+                        break;
+                    }
+                    if ra && rb && self.key_disjoint(&ka, &kb, depth) {
+                        ok = true;
+                        break;
+                    }
+                }
+            }
+            if !ok {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Does `v` satisfy `t`? `superset`: read formats as satisfied (the real format is wider
+    /// than our regex); otherwise decide conservatively (false when unsure).
+    fn value_ok(&mut self, t: &Typed, v: &Value, superset: bool) -> bool {
+        if let Some(l) = &t.lits {
+            if !l.iter().any(|w| json_eq(v, w)) {
+                return false;
+            }
+        }
+        match v {
+            Value::Null => t.t & T_NULL != 0,
+            Value::Bool(_) => t.t & T_BOOL != 0,
+            Value::Number(n) => {
+                if t.t & (T_INT | T_NUM) == 0 {
+                    return false;
+                }
+                let s = n.to_string();
+                let Some((x, exact)) = num::scaled(&s) else { return superset };
+                if !exact || x.abs() >= BIG {
+                    return superset;
+                }
+                if t.t & T_NUM == 0 {
+                    let plain = s.bytes().all(|c| c.is_ascii_digit() || c == b'-');
+                    if !plain && !superset {
+                        return false;
+                    }
+                    if x % SCALE != 0 {
+                        return false;
+                    }
+                }
+                x >= t.lo && x <= t.hi && x % t.q == 0
+            }
+            Value::String(s) => {
+                if t.t & T_STR == 0 {
+                    return false;
+                }
+                let n = s.chars().count() as u32;
+                if n < t.smin || t.smax.is_some_and(|m| n > m) {
+                    return false;
+                }
+                for (re, _, is_fmt) in t.pats.clone() {
+                    if is_fmt && superset {
+                        continue;
+                    }
+                    match self.dfa_for(&[re]) {
+                        Ok(Some(d)) => {
+                            let dfa = &self.ir.dfas[d as usize];
+                            let mut st = dfa.start;
+                            for &b in s.as_bytes() {
+                                st = dfa.next(st, b);
+                            }
+                            if st == 0 || !dfa.accept[st as usize] {
+                                return false;
+                            }
+                        }
+                        Ok(None) => return false,
+                        Err(_) => return superset,
+                    }
+                }
+                true
+            }
+            Value::Array(a) => {
+                if t.t & T_ARR == 0 || (a.len() as u32) < t.amin || t.amax.is_some_and(|m| a.len() as u32 > m) {
+                    return false;
+                }
+                for (i, x) in a.iter().enumerate() {
+                    let k = t.item_key(i);
+                    if !self.value_ok_key(&k, x, superset) {
+                        return false;
+                    }
+                }
+                true
+            }
+            Value::Object(o) => {
+                if t.t & T_OBJ == 0 || (o.len() as u32) < t.omin || t.omax.is_some_and(|m| o.len() as u32 > m) {
+                    return false;
+                }
+                if t.req.iter().any(|r| !o.contains_key(r)) {
+                    return false;
+                }
+                for (k, x) in o {
+                    let key = t.prop_key(k);
+                    if !self.value_ok_key(&key, x, superset) {
+                        return false;
+                    }
+                }
+                true
+            }
+        }
+    }
+
+    fn value_ok_key(&mut self, k: &Key, v: &Value, superset: bool) -> bool {
+        match self.key_dnf(k) {
+            Ok(d) => d.iter().any(|t| self.value_ok(t, v, superset)),
+            Err(_) => superset,
+        }
+    }
+
+    // ---------- lexical automata ----------
+
+    /// The DFA of the intersection of anchored regexes (`None`: the language is empty).
+    fn dfa_for(&mut self, res: &[String]) -> Result<Option<u32>, String> {
+        let mut key: Vec<String> = res.to_vec();
+        key.sort();
+        key.dedup();
+        if let Some(r) = self.dfa_memo.get(&key) {
+            return Ok(*r);
+        }
+        let lim = self.cfg.limits.dfa_states;
+        let mut acc: Option<Dfa> = None;
+        for r in &key {
+            let d = Dfa::from_regex(r, lim)?;
+            acc = Some(match acc {
+                None => d,
+                Some(a) => a.product(&d, lim)?,
+            });
+        }
+        let acc = acc.expect("at least one regex");
+        let out = if acc.is_empty() {
+            None
+        } else {
+            self.ir.dfas.push(acc);
+            Some(self.ir.dfas.len() as u32 - 1)
+        };
+        self.dfa_memo.insert(key, out);
+        Ok(out)
+    }
+
+    // ---------- nodes ----------
+
+    fn node_for(&mut self, k: Key) -> NodeId {
+        if let Some(&n) = self.node_memo.get(&k) {
+            return n;
+        }
+        let id = self.ir.nodes.len() as NodeId;
+        let ptr = k
+            .iter()
+            .map(|&l| {
+                if self.locs[l as usize].is_empty() {
+                    "#".to_string()
+                } else {
+                    format!("#{}", self.locs[l as usize])
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(" & ");
+        self.ir.nodes.push(Node {
+            alts: Vec::new(),
+            ptr: if k.is_empty() { "true".into() } else { ptr },
+            min_len: u64::MAX,
+            alt_len: Vec::new(),
+        });
+        self.node_memo.insert(k.clone(), id);
+        self.queue.push_back((id, k));
+        id
+    }
+
+    fn lit(&mut self, text: Vec<u8>) -> u32 {
+        if let Some(i) = self.ir.lits.iter().position(|l| *l == text) {
+            return i as u32;
+        }
+        self.ir.lits.push(text);
+        self.ir.lits.len() as u32 - 1
+    }
+
+    pub fn build(mut self) -> Result<(Ir, Vec<Relaxed>), CompileError> {
+        self.ir.lits = vec![b"null".to_vec(), b"true".to_vec(), b"false".to_vec()];
+        let root = self.loc("");
+        self.ir.root = self.node_for(vec![root]);
+        while let Some((id, k)) = self.queue.pop_front() {
+            self.check_time()?;
+            if self.ir.nodes.len() > self.cfg.limits.ir_nodes {
+                return Err(CompileError::Limit {
+                    what: "IR nodes",
+                    given: self.ir.nodes.len(),
+                    limit: self.cfg.limits.ir_nodes,
+                });
+            }
+            let d = self.key_dnf(&k)?;
+            let ptr = self.ir.nodes[id as usize].ptr.clone();
+            let mut alts = Vec::new();
+            for t in &d {
+                self.lower(t, &ptr, &mut alts)?;
+            }
+            alts.dedup();
+            self.ir.nodes[id as usize].alts = alts;
+        }
+        Ok((self.ir, self.relaxed))
+    }
+
+    fn lower(&mut self, t: &Typed, ptr: &str, alts: &mut Vec<Alt>) -> Result<(), CompileError> {
+        if let Some(lits) = t.lits.clone() {
+            let mut rest = t.clone();
+            rest.lits = None;
+            for v in &lits {
+                if self.value_ok(&rest, v, false) {
+                    let text = serde_json::to_string(v).expect("a Value serialises").into_bytes();
+                    let id = self.lit(text);
+                    if !alts.contains(&Alt::Lit(id)) {
+                        alts.push(Alt::Lit(id));
+                    }
+                } else {
+                    self.fmt_lits += 1;
+                }
+            }
+            return Ok(());
+        }
+        if t.t & T_NULL != 0 {
+            alts.push(Alt::Lit(LIT_NULL));
+        }
+        if t.t & T_BOOL != 0 {
+            alts.push(Alt::Lit(LIT_TRUE));
+            alts.push(Alt::Lit(LIT_FALSE));
+        }
+        if t.t & (T_INT | T_NUM) != 0 {
+            let int_only = t.t & T_NUM == 0;
+            let q = if int_only {
+                (t.q / gcd(t.q, SCALE)).checked_mul(SCALE)
+            } else {
+                Some(t.q)
+            };
+            match q {
+                Some(q) if q < BIG => {
+                    let spec = NumSpec {
+                        int_only,
+                        lo: t.lo.max(-BIG),
+                        hi: t.hi.min(BIG),
+                        q,
+                    };
+                    let id = match self.ir.nums.iter().position(|s| *s == spec) {
+                        Some(i) => i as u32,
+                        None => {
+                            self.ir.nums.push(spec);
+                            self.ir.nums.len() as u32 - 1
+                        }
+                    };
+                    alts.push(Alt::Num(id));
+                }
+                _ => {}
+            }
+        }
+        if t.t & T_STR != 0 {
+            if let Some(s) = self.str_spec(t.smin, t.smax, &t.pats, None, ptr)? {
+                alts.push(Alt::Str(s));
+            }
+        }
+        if t.t & T_ARR != 0 {
+            let prefix: Vec<NodeId> = t.prefix.iter().map(|k| self.node_for(k.clone())).collect();
+            let items = if t.items == vec![FALSE_LOC] {
+                None
+            } else {
+                Some(self.node_for(t.items.clone()))
+            };
+            self.ir.arrs.push(ArrSpec {
+                prefix,
+                items,
+                min: t.amin,
+                max: t.amax,
+            });
+            alts.push(Alt::Arr(self.ir.arrs.len() as u32 - 1));
+        }
+        if t.t & T_OBJ != 0 {
+            let mut names: Vec<(String, bool)> = t.props.iter().map(|(n, _)| (n.clone(), t.req.contains(n))).collect();
+            for r in &t.req {
+                if !names.iter().any(|(n, _)| n == r) {
+                    names.push((r.clone(), true));
+                }
+            }
+            let mut props = Vec::new();
+            for (n, required) in names {
+                let k = t.prop_key(&n);
+                let node = self.node_for(k);
+                let enc = serde_json::to_string(&Value::String(n.clone())).expect("a string serialises");
+                let key = enc.as_bytes()[1..enc.len() - 1].to_vec();
+                props.push(PropSpec {
+                    name: n,
+                    key,
+                    node,
+                    required,
+                });
+            }
+            let extra = match &t.extra {
+                Some(k) if *k == vec![FALSE_LOC] => None,
+                Some(k) => Some(self.node_for(k.clone())),
+                None if !t.has_props => Some(self.node_for(Vec::new())),
+                None => None,
+            };
+            let trie = KeyTrie::build(props.iter().map(|p| p.key.as_slice()));
+            self.ir.tries.push(trie);
+            let ti = self.ir.tries.len() as u32 - 1;
+            let ek = self.str_spec(0, None, &[], Some(ti), ptr)?.expect("unconstrained keys exist");
+            self.ir.objs.push(ObjSpec {
+                props,
+                extra,
+                extra_key: ek,
+                min: t.omin,
+                max: t.omax,
+            });
+            alts.push(Alt::Obj(self.ir.objs.len() as u32 - 1));
+        }
+        Ok(())
+    }
+
+    fn str_spec(
+        &mut self,
+        min: u32,
+        max: Option<u32>,
+        pats: &[(String, String, bool)],
+        excl: Option<u32>,
+        ptr: &str,
+    ) -> Result<Option<u32>, CompileError> {
+        if max.is_some_and(|m| m < min) {
+            return Ok(None);
+        }
+        let (dfa, lens) = if pats.is_empty() {
+            (None, None)
+        } else {
+            let res: Vec<String> = pats.iter().map(|p| p.0.clone()).collect();
+            let d = match self.dfa_for(&res) {
+                Ok(Some(d)) => d,
+                Ok(None) => return Ok(None),
+                Err(e) => {
+                    let kw = if pats.iter().all(|p| p.2) { "format" } else { "pattern" };
+                    if e.contains("DFA states") {
+                        return Err(CompileError::Limit {
+                            what: "DFA states",
+                            given: self.cfg.limits.dfa_states + 1,
+                            limit: self.cfg.limits.dfa_states,
+                        });
+                    }
+                    self.unsupported(kw, ptr, &e)?;
+                    return Ok(Some(self.str_spec(min, max, &[], excl, ptr)?.expect("unconstrained strings exist")));
+                }
+            };
+            let lens = if min > 0 || max.is_some() {
+                let cap = min.max(max.map_or(0, |m| m.saturating_add(1)));
+                let li = match self.len_memo.get(&(d, cap)) {
+                    Some(&l) => l,
+                    None => {
+                        let lt = LenTable::build(&self.ir.dfas[d as usize], cap, self.cfg.limits.length_bits).map_err(|_| {
+                            CompileError::Limit {
+                                what: "DFA states x string lengths",
+                                given: self.ir.dfas[d as usize].len() * (cap as usize + 1),
+                                limit: self.cfg.limits.length_bits,
+                            }
+                        })?;
+                        self.ir.lens.push(lt);
+                        let l = self.ir.lens.len() as u32 - 1;
+                        self.len_memo.insert((d, cap), l);
+                        l
+                    }
+                };
+                Some(li)
+            } else {
+                None
+            };
+            (Some(d), lens)
+        };
+        let desc = pats.iter().map(|p| p.1.clone()).collect::<Vec<_>>().join(" & ");
+        self.ir.strs.push(StrSpec {
+            min,
+            max,
+            dfa,
+            lens,
+            excl,
+            desc,
+        });
+        Ok(Some(self.ir.strs.len() as u32 - 1))
+    }
+}

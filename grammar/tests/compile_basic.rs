@@ -1,0 +1,341 @@
+//! One check per construct: what the automaton accepts and refuses, byte by byte.
+
+use formwork_grammar::compile::{compile, CompileError, Config, Whitespace};
+use formwork_grammar::ByteAutomaton;
+use serde_json::{json, Value};
+
+fn auto(schema: Value) -> std::sync::Arc<formwork_grammar::compile::Automaton> {
+    compile(&schema, &Config::default()).unwrap_or_else(|e| panic!("{schema}: {e}"))
+}
+
+#[track_caller]
+fn check(schema: Value, yes: &[&str], no: &[&str]) {
+    let a = auto(schema.clone());
+    for t in yes {
+        assert!(
+            a.accepts(t.as_bytes()),
+            "{schema} should accept {t} (refused at byte {})",
+            a.accepted_prefix(t.as_bytes())
+        );
+    }
+    for t in no {
+        assert!(!a.accepts(t.as_bytes()), "{schema} should refuse {t}");
+    }
+    // Shortest completion from the start is accepted.
+    let c = a.shortest_completion(&a.start());
+    assert!(
+        a.accepts(&c),
+        "{schema}: shortest completion {:?} not accepted",
+        String::from_utf8_lossy(&c)
+    );
+}
+
+fn err(schema: Value) -> CompileError {
+    match compile(&schema, &Config::default()) {
+        Ok(_) => panic!("{schema} should not compile"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn literals_and_types() {
+    check(json!({"type": "null"}), &["null"], &["nul", "true", " null"]);
+    check(json!({"type": "boolean"}), &["true", "false"], &["null", "tru"]);
+    check(json!({"type": ["string", "null"]}), &["null", "\"a\""], &["1"]);
+    check(
+        json!({"enum": ["a", 1, null, {"x": [1, 2]}]}),
+        &["\"a\"", "1", "null", "{\"x\":[1,2]}"],
+        &["\"b\"", "2", "{}"],
+    );
+    check(json!({"const": "hi"}), &["\"hi\""], &["\"h\"", "\"hii\""]);
+    check(json!({"type": "string", "enum": ["a", 1]}), &["\"a\""], &["1"]);
+    check(json!(true), &["1", "\"x\"", "{\"a\":[1,{}]}", "[]"], &["", "{\"a\"}"]);
+}
+
+#[test]
+fn integers_with_bounds() {
+    check(
+        json!({"type": "integer", "minimum": -5, "maximum": 12}),
+        &["-5", "0", "12", "9", "-1"],
+        &["-6", "13", "120", "1.0", "-0", "01"],
+    );
+    check(
+        json!({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 3}),
+        &["1", "2"],
+        &["0", "3"],
+    );
+    check(json!({"type": "integer", "minimum": 100}), &["100", "12345"], &["99", "-100"]);
+    check(
+        json!({"type": "integer", "multipleOf": 7, "minimum": 10, "maximum": 30}),
+        &["14", "21", "28"],
+        &["7", "35", "15"],
+    );
+    check(
+        json!({"type": "integer", "maximum": 5, "exclusiveMaximum": true, "$schema": "http://json-schema.org/draft-04/schema#"}),
+        &["4"],
+        &["5"],
+    );
+    // No dead ends: after "1", "2" would need more digits than allowed in [10, 19].
+    let a = auto(json!({"type": "integer", "minimum": 10, "maximum": 19}));
+    let s = a.step(&a.start(), b'1').unwrap();
+    assert!(a.step(&s, b'2').is_some());
+    assert!(a.step(&a.start(), b'2').is_none());
+    assert!(a.step(&a.start(), b'-').is_none());
+}
+
+#[test]
+fn numbers_with_decimals() {
+    check(
+        json!({"type": "number", "minimum": 0.5, "maximum": 2.25}),
+        &["0.5", "1", "2.25", "2.2", "0.75"],
+        &["0.4", "2.26", "2.250001", "3"],
+    );
+    check(
+        json!({"type": "number", "exclusiveMinimum": -1.5, "maximum": -0.5}),
+        &["-1.4", "-0.5", "-1"],
+        &["-1.5", "-0.4", "0"],
+    );
+    check(json!({"type": "number", "multipleOf": 0.25}), &["0.25", "1.5", "-2"], &["0.3"]);
+    check(
+        json!({"type": "number"}),
+        &["1.5", "-0.001", "123456789012345"],
+        &["1.", ".5", "1e5", "1234567890123456"],
+    );
+}
+
+#[test]
+fn strings() {
+    check(
+        json!({"type": "string", "minLength": 2, "maxLength": 3}),
+        &["\"ab\"", "\"abc\"", "\"\\n\\t\"", "\"é€\""],
+        &["\"a\"", "\"abcd\""],
+    );
+    check(
+        json!({"type": "string"}),
+        &["\"a\\\"b\"", "\"\\u0001\"", "\"\\\\\""],
+        &["\"\\u0041\"", "\"\\/\"", "\"a\nb\""],
+    );
+    check(
+        json!({"type": "string", "pattern": "^[a-z]+$", "maxLength": 3}),
+        &["\"abc\""],
+        &["\"abcd\"", "\"ab1\"", "\"\""],
+    );
+    check(json!({"type": "string", "pattern": "b"}), &["\"abc\"", "\"b\""], &["\"ac\""]);
+    check(
+        json!({"type": "string", "pattern": "^\\d{3}-\\d{4}$"}),
+        &["\"555-1234\""],
+        &["\"55-1234\""],
+    );
+    // Pattern and length together: "^a*$" with minLength 2, maxLength 2.
+    let a = auto(json!({"type": "string", "pattern": "^a*b?$", "minLength": 2, "maxLength": 2}));
+    assert!(a.accepts(b"\"aa\"") && a.accepts(b"\"ab\"") && !a.accepts(b"\"a\"") && !a.accepts(b"\"aab\""));
+    let s = [b'"', b'a', b'b'].iter().fold(a.start(), |s, &b| a.step(&s, b).unwrap());
+    assert!(a.step(&s, b'b').is_none());
+}
+
+#[test]
+fn formats() {
+    check(
+        json!({"type": "string", "format": "date"}),
+        &["\"2024-02-29\"", "\"2023-12-31\""],
+        &["\"2023-02-29\"", "\"2024-13-01\"", "\"1900-02-29\""],
+    );
+    check(
+        json!({"format": "date-time", "type": "string"}),
+        &["\"2024-01-01T10:00:00Z\"", "\"2024-01-01T10:00:00.5+02:00\""],
+        &["\"2024-01-01 10:00:00Z\""],
+    );
+    check(
+        json!({"format": "uuid", "type": "string"}),
+        &["\"123e4567-e89b-12d3-a456-426614174000\""],
+        &["\"123\""],
+    );
+    check(
+        json!({"format": "ipv4", "type": "string"}),
+        &["\"192.168.0.1\""],
+        &["\"256.1.1.1\"", "\"01.1.1.1\""],
+    );
+    check(json!({"format": "email", "type": "string"}), &["\"a.b@example.com\""], &["\"a@b\""]);
+    assert!(matches!(
+        err(json!({"type": "string", "format": "color-hex"})),
+        CompileError::Unsupported { .. }
+    ));
+}
+
+#[test]
+fn objects_in_schema_order() {
+    let s = json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "boolean"}}, "required": ["a", "c"]});
+    check(
+        s.clone(),
+        &["{\"a\":1,\"c\":true}", "{\"a\":1,\"b\":\"x\",\"c\":false}"],
+        &["{\"c\":true,\"a\":1}", "{\"a\":1}", "{\"a\":1,\"c\":true,\"d\":1}", "{}"],
+    );
+    let a = auto(s);
+    // The key of `a` is forced.
+    let st = a.step(&a.start(), b'{').unwrap();
+    assert!(a.step(&st, b'}').is_none());
+    // additionalProperties as a schema: dict[str, int].
+    check(
+        json!({"type": "object", "additionalProperties": {"type": "integer"}}),
+        &["{}", "{\"x\":1,\"y\":2}"],
+        &["{\"x\":\"s\"}"],
+    );
+    // Extra keys must not repeat a listed name.
+    check(
+        json!({"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": {"type": "integer"}}),
+        &["{\"a\":\"s\",\"b\":1}", "{\"b\":1}"],
+        &["{\"a\":1}", "{\"b\":1,\"a\":2}"],
+    );
+    check(
+        json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "minProperties": 1, "maxProperties": 1}),
+        &["{\"a\":1}", "{\"b\":1}"],
+        &["{}", "{\"a\":1,\"b\":2}"],
+    );
+}
+
+#[test]
+fn arrays() {
+    check(
+        json!({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 2}),
+        &["[1]", "[1,2]"],
+        &["[]", "[1,2,3]", "[1,]"],
+    );
+    check(
+        json!({"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "items": false}),
+        &["[]", "[\"a\"]", "[\"a\",1]"],
+        &["[\"a\",1,2]", "[1]"],
+    );
+    check(
+        json!({"type": "array", "items": [{"type": "string"}], "additionalItems": false, "$schema": "http://json-schema.org/draft-07/schema#"}),
+        &["[\"a\"]"],
+        &["[\"a\",1]"],
+    );
+}
+
+#[test]
+fn combinators() {
+    check(
+        json!({"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 1}]}),
+        &["1", "\"a\""],
+        &["\"ab\""],
+    );
+    check(
+        json!({"oneOf": [{"type": "integer"}, {"type": "string"}]}),
+        &["1", "\"a\""],
+        &["null"],
+    );
+    check(json!({"oneOf": [{"const": "a"}, {"const": "b"}]}), &["\"a\"", "\"b\""], &["\"c\""]);
+    assert!(matches!(
+        err(json!({"oneOf": [{"type": "integer"}, {"type": "number"}]})),
+        CompileError::Unsupported { .. }
+    ));
+    check(
+        json!({"allOf": [{"type": "integer", "minimum": 0}, {"maximum": 5}]}),
+        &["0", "5"],
+        &["6", "-1"],
+    );
+    check(
+        json!({"allOf": [{"properties": {"a": {"type": "integer"}}, "required": ["a"]}, {"properties": {"a": {"minimum": 3}}}], "type": "object"}),
+        &["{\"a\":3}"],
+        &["{\"a\":2}"],
+    );
+    check(
+        json!({"type": "object", "properties": {"k": {"type": "string"}, "v": {}}, "anyOf": [{"required": ["k"]}, {"required": ["v"]}]}),
+        &["{\"k\":\"x\"}", "{\"v\":1}", "{\"k\":\"x\",\"v\":1}"],
+        &["{}"],
+    );
+}
+
+#[test]
+fn refs_and_recursion() {
+    let s = json!({"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v"], "additionalProperties": false}}, "$ref": "#/$defs/node"});
+    check(
+        s,
+        &["{\"v\":1}", "{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[{\"v\":3}]}]}"],
+        &["{\"v\":1,\"kids\":[{}]}"],
+    );
+    check(
+        json!({"definitions": {"a": {"type": "integer"}}, "properties": {"x": {"$ref": "#/definitions/a"}}, "type": "object"}),
+        &["{\"x\":1}"],
+        &["{\"x\":\"a\"}"],
+    );
+    assert!(matches!(err(json!({"$ref": "#/nope"})), CompileError::Unsupported { .. }));
+    assert!(matches!(
+        err(json!({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})),
+        CompileError::Unsupported { .. }
+    ));
+}
+
+#[test]
+fn unsupported_and_lenient() {
+    let s = json!({"type": "object", "properties": {"a": {"type": "array", "uniqueItems": true}}});
+    match err(s.clone()) {
+        CompileError::Unsupported { keyword, pointer, .. } => {
+            assert_eq!(keyword, "uniqueItems");
+            assert_eq!(pointer, "/properties/a/uniqueItems");
+        }
+        e => panic!("{e}"),
+    }
+    let a = compile(
+        &s,
+        &Config {
+            lenient: true,
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(a.relaxed().len(), 1);
+    assert_eq!(a.relaxed()[0].pointer, "/properties/a/uniqueItems");
+    let msg = err(json!({"not": {"type": "string"}})).to_string();
+    assert!(msg.contains("`not`") && msg.contains("/not"), "{msg}");
+}
+
+#[test]
+fn whitespace() {
+    let s = json!({"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}}}, "required": ["a"]});
+    let a = auto(s.clone());
+    assert!(!a.accepts(b"{ \"a\":[1]}"));
+    let f = compile(
+        &s,
+        &Config {
+            whitespace: Whitespace::Flexible { max_run: 3 },
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    assert!(f.accepts(b" {\n  \"a\" : [ 1 , 2 ]\n} "));
+    assert!(!f.accepts(b"{    \"a\":[1]}"));
+}
+
+#[test]
+fn plain_chars_hint() {
+    let a = auto(json!({"type": "string", "maxLength": 5}));
+    let s = a.step(&a.start(), b'"').unwrap();
+    assert_eq!(a.plain_chars_allowed(&s), Some(5));
+    let s = a.step(&s, b'x').unwrap();
+    assert_eq!(a.plain_chars_allowed(&s), Some(4));
+    let p = auto(json!({"type": "string", "pattern": "^a"}));
+    let s = p.step(&p.start(), b'"').unwrap();
+    assert_eq!(p.plain_chars_allowed(&s), None);
+}
+
+#[test]
+fn empty_and_limits() {
+    assert!(matches!(
+        err(json!({"type": "integer", "minimum": 5, "maximum": 4})),
+        CompileError::Empty { .. }
+    ));
+    assert!(matches!(err(json!(false)), CompileError::Empty { .. }));
+    let mut deep = json!({"type": "integer"});
+    for _ in 0..100 {
+        deep = json!({"allOf": [deep]});
+    }
+    let cfg = Config {
+        limits: formwork_grammar::compile::Limits {
+            depth: 50,
+            ..Default::default()
+        },
+        ..Config::default()
+    };
+    assert!(matches!(compile(&deep, &cfg), Err(CompileError::Limit { .. })));
+}
