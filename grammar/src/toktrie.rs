@@ -451,6 +451,36 @@ impl TokTrie {
         (i > 0 && t != NO_TOKEN).then_some(t)
     }
 
+    /// Greedy longest-match tokenisation, for tests and benchmarks. This is *not* the
+    /// model's canonical tokenisation (BPE merges by rank, not by length); use the real
+    /// tokenizer for anything fed to a model. `None` if some byte has no token.
+    pub fn greedy_tokenize(&self, bytes: &[u8]) -> Option<Vec<u32>> {
+        let nodes = &self.full.nodes;
+        let mut out = Vec::new();
+        let mut pos = 0;
+        while pos < bytes.len() {
+            let (mut i, mut best) = (0usize, None);
+            for (k, &b) in bytes[pos..].iter().enumerate() {
+                let end = nodes[i].subtree_end();
+                let mut j = i + 1;
+                while j < end && nodes[j].byte() != b {
+                    j = nodes[j].subtree_end();
+                }
+                if j >= end {
+                    break;
+                }
+                i = j;
+                if nodes[i].token() != NO_TOKEN {
+                    best = Some((nodes[i].token(), k + 1));
+                }
+            }
+            let (t, len) = best?;
+            out.push(t);
+            pos += len;
+        }
+        Some(out)
+    }
+
     /// Whether some usable token starts with `prefix` and is strictly longer.
     pub fn has_extension(&self, prefix: &[u8]) -> bool {
         match self.full.find(prefix) {
