@@ -298,6 +298,20 @@ fn main() {
                 m2.commit(t).unwrap();
             }
             mem.push((a.stats().bytes + g.stats().memory_bytes) as f64 / 1024.0);
+            if std::env::var_os("FORMWORK_BENCH_VERBOSE").is_some() {
+                let st = g.stats();
+                let worst = per_schema.iter().cloned().fold(0.0, f64::max);
+                println!(
+                    "  {:?}: {} tokens, first doc {:.2} ms (worst mask {:.0} us), {} states, {} transitions, {} KiB",
+                    f.strip_prefix(shared_dir()).unwrap_or(f),
+                    tokens.len(),
+                    per_schema.iter().sum::<f64>() / 1000.0,
+                    worst,
+                    st.states,
+                    st.transitions,
+                    st.memory_bytes / 1024
+                );
+            }
 
             #[cfg(feature = "llguidance-bench")]
             {
