@@ -941,6 +941,52 @@ impl Machine {
 
     /// Shortest bytes that close a string frame (BFS over the frame's own states).
     fn str_shortest(&self, f: &Frame) -> Option<Vec<u8>> {
+        if let Frame::Str {
+            spec, len, lex, hex, utf, ..
+        } = *f
+        {
+            let sp = &self.ir.strs[spec as usize];
+            if sp.dfa.is_none() && sp.excl.is_none() {
+                // Finish the pending character, pad to the minimum, close.
+                let mut out = Vec::new();
+                let mut len = len;
+                if utf != 0 {
+                    let rem = utf >> 4;
+                    out.push(match utf & 0xF {
+                        1 => 0xA0,
+                        3 => 0x90,
+                        _ => 0x80,
+                    });
+                    out.extend(std::iter::repeat_n(0x80, rem as usize - 1));
+                }
+                match lex {
+                    1 => {
+                        out.push(b'n');
+                        len += 1;
+                    }
+                    2 => {
+                        out.extend_from_slice(b"0001");
+                        len += 1;
+                    }
+                    3 => {
+                        out.extend_from_slice(b"001");
+                        len += 1;
+                    }
+                    4 => {
+                        out.extend_from_slice(b"01");
+                        len += 1;
+                    }
+                    5 => {
+                        out.push(if hex == 0 { b'1' } else { b'0' });
+                        len += 1;
+                    }
+                    _ => {}
+                }
+                out.extend(std::iter::repeat_n(b'a', sp.min.saturating_sub(len) as usize));
+                out.push(b'"');
+                return Some(out);
+            }
+        }
         use std::collections::{HashMap, VecDeque};
         let key = |f: &Frame| match f {
             Frame::Str {

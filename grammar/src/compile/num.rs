@@ -205,7 +205,7 @@ fn syntax_ok(spec: &NumSpec, b: &[u8]) -> bool {
     }
     re.extend_from_slice(&p.int);
     if let Some(f) = &p.frac {
-        if spec.int_only || p.int.is_empty() {
+        if spec.int_only || p.int.is_empty() || !f.iter().all(u8::is_ascii_digit) {
             return false;
         }
         re.push(b'.');
