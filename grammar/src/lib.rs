@@ -10,3 +10,5 @@ pub mod matcher;
 pub mod toktrie;
 
 pub use automaton::ByteAutomaton;
+pub use matcher::{CommitError, Grammar, GrammarStats, Matcher};
+pub use toktrie::{TokTrie, TokenSet};

@@ -30,6 +30,7 @@
 //! Sequences of one schema on different threads serialise on mask misses and steps.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex};
 
 use crate::automaton::ByteAutomaton;
@@ -38,6 +39,7 @@ use crate::toktrie::{FlatTrie, TokTrie, TokenSet, NO_TOKEN, PLAIN_BUCKETS};
 const UNKNOWN: u32 = u32::MAX;
 const REFUSED: u32 = u32::MAX - 1;
 const UNSET: u32 = u32::MAX;
+const LAZY: u8 = 2;
 /// The forced-byte cache: not computed yet / no single forced byte.
 const FORCED_UNKNOWN: u16 = 0xFFFF;
 const FORCED_NONE: u16 = 0x1FF;
@@ -126,13 +128,56 @@ impl Mask {
     }
 }
 
+/// The Fx hash (rustc's): a multiply and a rotate per word. States are hashed once
+/// per new transition; SipHash's DoS resistance buys nothing here.
+#[derive(Default, Clone, Copy)]
+struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.write_u64(u64::from_le_bytes(c.try_into().unwrap()));
+        }
+        for &b in chunks.remainder() {
+            self.write_u64(b as u64);
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(i as u64);
+    }
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(i as u64);
+    }
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
 /// Per-state facts, each computed at most once.
 #[derive(Clone, Copy)]
 struct Info {
-    accepting: bool,
-    /// `plain_chars_allowed`, with `u32::MAX` for `None`... kept apart: see `plain_some`.
+    /// 0 no, 1 yes, `LAZY` not asked yet (most interned states are trie-walk
+    /// interiors that never need it).
+    accepting: u8,
+    /// `plain_chars_allowed`: the value when `plain_some == 1`; `plain_some` is `LAZY`
+    /// until asked.
     plain: u32,
-    plain_some: bool,
+    plain_some: u8,
     min_completion: u32,
     forced: u16,
     /// Largest `min_completion` over the end states of the tokens allowed here
@@ -160,7 +205,7 @@ trait Engine: Send + Sync {
 
 struct Cache<A: ByteAutomaton> {
     states: Vec<A::State>,
-    ids: HashMap<A::State, u32>,
+    ids: FxMap<A::State, u32>,
     /// `trans[s * 256 + b]`: next state id, `REFUSED` or `UNKNOWN`.
     trans: Vec<u32>,
     info: Vec<Info>,
@@ -179,17 +224,16 @@ struct Typed<A: ByteAutomaton> {
 }
 
 impl<A: ByteAutomaton> Cache<A> {
-    fn intern(&mut self, a: &A, st: A::State) -> u32 {
+    fn intern(&mut self, st: A::State) -> u32 {
         if let Some(&id) = self.ids.get(&st) {
             return id;
         }
         let id = self.states.len() as u32;
         assert!(id < REFUSED - 1, "grammar cache: {id} states");
-        let plain = a.plain_chars_allowed(&st);
         self.info.push(Info {
-            accepting: a.is_accepting(&st),
-            plain: plain.unwrap_or(0),
-            plain_some: plain.is_some(),
+            accepting: LAZY,
+            plain: 0,
+            plain_some: LAZY,
             min_completion: UNSET,
             forced: FORCED_UNKNOWN,
             max_end_min: UNSET,
@@ -214,11 +258,31 @@ impl<A: ByteAutomaton> Cache<A> {
     fn next_slow(&mut self, a: &A, s: u32, b: u8) -> u32 {
         let t = match a.step(&self.states[s as usize], b) {
             None => REFUSED,
-            Some(st) => self.intern(a, st),
+            Some(st) => self.intern(st),
         };
         self.trans[s as usize * 256 + b as usize] = t;
         self.known_transitions += 1;
         t
+    }
+
+    fn accepting(&mut self, a: &A, s: u32) -> bool {
+        let v = self.info[s as usize].accepting;
+        if v != LAZY {
+            return v == 1;
+        }
+        let acc = a.is_accepting(&self.states[s as usize]);
+        self.info[s as usize].accepting = acc as u8;
+        acc
+    }
+
+    fn plain(&mut self, a: &A, s: u32) -> Option<u32> {
+        let i = &mut self.info[s as usize];
+        if i.plain_some == LAZY {
+            let p = a.plain_chars_allowed(&self.states[s as usize]);
+            i.plain_some = p.is_some() as u8;
+            i.plain = p.unwrap_or(0);
+        }
+        (i.plain_some == 1).then_some(i.plain)
     }
 
     fn min_completion(&mut self, a: &A, s: u32) -> u32 {
@@ -240,7 +304,7 @@ impl<A: ByteAutomaton> Cache<A> {
             f
         } else {
             let mut only = FORCED_NONE;
-            if !self.info[s as usize].accepting {
+            if !self.accepting(a, s) {
                 for b in 0..=255u8 {
                     if self.next(a, s, b) != REFUSED {
                         if only != FORCED_NONE {
@@ -322,25 +386,25 @@ impl<A: ByteAutomaton> Cache<A> {
     /// The full mask of state `s` (EOS included when accepting), uncached.
     fn compute_mask(&mut self, a: &A, s: u32, trie: &TokTrie, out: &mut TokenSet) {
         out.clear();
-        let info = self.info[s as usize];
-        if !info.plain_some {
-            self.walk(a, s, &trie.full, None, out);
-        } else {
-            let n = info.plain.min(PLAIN_BUCKETS as u32) as usize;
-            if n >= 1 {
-                out.union_with(&trie.plain_upto[n - 1]);
+        match self.plain(a, s) {
+            None => self.walk(a, s, &trie.full, None, out),
+            Some(plain) => {
+                let n = plain.min(PLAIN_BUCKETS as u32) as usize;
+                if n >= 1 {
+                    out.union_with(&trie.plain_upto[n - 1]);
+                }
+                if n < PLAIN_BUCKETS {
+                    self.walk(a, s, &trie.plain, Some(n as u8), out);
+                }
+                self.walk(a, s, &trie.rest, None, out);
             }
-            if n < PLAIN_BUCKETS {
-                self.walk(a, s, &trie.plain, Some(n as u8), out);
-            }
-            self.walk(a, s, &trie.rest, None, out);
         }
         for &(p, d) in &trie.dups {
             if out.contains(p) {
                 out.allow(d);
             }
         }
-        if info.accepting {
+        if self.accepting(a, s) {
             for &e in trie.eos_ids() {
                 out.allow(e);
             }
@@ -395,12 +459,12 @@ impl<A: ByteAutomaton> Engine for Typed<A> {
     }
 
     fn is_accepting(&self, s: u32) -> bool {
-        self.cache.lock().unwrap().info[s as usize].accepting
+        self.cache.lock().unwrap().accepting(&self.automaton, s)
     }
 
     fn is_finished(&self, s: u32) -> bool {
         let mut c = self.cache.lock().unwrap();
-        if !c.info[s as usize].accepting {
+        if !c.accepting(&self.automaton, s) {
             return false;
         }
         (0..=255u8).all(|b| c.next(&self.automaton, s, b) == REFUSED)
@@ -486,7 +550,7 @@ impl<A: ByteAutomaton> Engine for Typed<A> {
                 out.allow(d);
             }
         }
-        if c.info[s as usize].accepting {
+        if c.accepting(a, s) {
             for &e in trie.eos_ids() {
                 out.allow(e);
             }
@@ -575,7 +639,7 @@ impl Grammar {
     pub fn new<A: ByteAutomaton + 'static>(automaton: Arc<A>) -> Arc<Grammar> {
         let mut cache = Cache::<A> {
             states: Vec::new(),
-            ids: HashMap::new(),
+            ids: FxMap::default(),
             trans: Vec::new(),
             info: Vec::new(),
             known_transitions: 0,
@@ -583,7 +647,7 @@ impl Grammar {
             mask_bytes: 0,
             stack: Vec::new(),
         };
-        let start = cache.intern(&automaton, automaton.start());
+        let start = cache.intern(automaton.start());
         Arc::new(Grammar {
             engine: Box::new(Typed {
                 automaton,
