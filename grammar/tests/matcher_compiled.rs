@@ -1,0 +1,235 @@
+//! The matcher on compiled schemas: at every step the mask equals a brute-force check of
+//! every token (which also checks the compiler's plain-character hint), and random token
+//! walks under a budget end in texts the jsonschema validator accepts.
+//!
+//! Corpus: the fixture schemas in `tests/data/fixtures` and a deterministic sample of the
+//! JSONSchemaBench schemas under `$FORMWORK_SHARED/data/jsonschemabench` (default
+//! `../shared` next to the repository; skipped with a message when absent).
+//! `FORMWORK_MATCHER_SCHEMAS` sets the sample size (default 40). With the cached GGUF
+//! models present, a few schemas also run on the SmolLM2 and Gemma 3 vocabularies.
+
+mod matcher_support;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use formwork_grammar::compile::{compile, Automaton, Config};
+use formwork_grammar::matcher::{Grammar, Matcher};
+use formwork_grammar::toktrie::{TokTrie, TokenSet};
+use formwork_grammar::ByteAutomaton;
+use matcher_support::*;
+use serde_json::Value;
+
+fn shared() -> PathBuf {
+    std::env::var_os("FORMWORK_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"))
+}
+
+fn brute_mask(a: &Automaton, s: &<Automaton as ByteAutomaton>::State, trie: &TokTrie) -> TokenSet {
+    let mut out = TokenSet::new(trie.vocab_size());
+    for t in 0..trie.vocab_size() as u32 {
+        if trie.is_eos(t) {
+            if a.is_accepting(s) {
+                out.allow(t);
+            }
+            continue;
+        }
+        if !trie.is_usable(t) {
+            continue;
+        }
+        let mut st = s.clone();
+        if trie.token_bytes(t).iter().all(|&b| match a.step(&st, b) {
+            Some(x) => {
+                st = x;
+                true
+            }
+            None => false,
+        }) {
+            out.allow(t);
+        }
+    }
+    out
+}
+
+/// A random walk under `budget` tokens; checks every mask against brute force (while
+/// no budget steering is active) and returns the text.
+fn walk(
+    a: &Arc<Automaton>,
+    g: &Arc<Grammar>,
+    trie: &Arc<TokTrie>,
+    seed: u64,
+    budget: usize,
+    name: &str,
+) -> Vec<u8> {
+    let mut m = Matcher::new(g.clone(), trie.clone());
+    m.set_budget(budget);
+    let mut rng = Rng::new(seed);
+    let mut st = a.start();
+    let mut mask = TokenSet::new(trie.vocab_size());
+    let mut text = Vec::new();
+    let eos = trie.eos_ids()[0];
+    for step in 0..=budget {
+        m.compute_mask(&mut mask);
+        if !m.is_steering() {
+            let brute = brute_mask(a, &st, trie);
+            if mask != brute {
+                let only_m: Vec<String> = mask
+                    .iter()
+                    .filter(|&t| !brute.contains(t))
+                    .take(5)
+                    .map(|t| format!("{:?}", String::from_utf8_lossy(trie.token_bytes(t))))
+                    .collect();
+                let only_b: Vec<String> = brute
+                    .iter()
+                    .filter(|&t| !mask.contains(t))
+                    .take(5)
+                    .map(|t| format!("{:?}", String::from_utf8_lossy(trie.token_bytes(t))))
+                    .collect();
+                panic!(
+                    "{name} seed {seed} step {step} after {:?}: only in mask {only_m:?}, only in brute force {only_b:?}",
+                    String::from_utf8_lossy(&text)
+                );
+            }
+        } else {
+            // Steering only removes tokens.
+            let brute = brute_mask(a, &st, trie);
+            assert!(
+                mask.iter().all(|t| brute.contains(t)),
+                "{name}: steered mask allows a refused token"
+            );
+        }
+        let choices: Vec<u32> = mask.iter().filter(|&t| t != eos).collect();
+        if choices.is_empty() || (m.is_accepting() && rng.below(5) == 0) {
+            assert!(
+                mask.contains(eos),
+                "{name} seed {seed}: dead end after {:?}",
+                String::from_utf8_lossy(&text)
+            );
+            m.commit(eos).unwrap();
+            return text;
+        }
+        let t = choices[rng.below(choices.len())];
+        m.commit(t).unwrap();
+        for &b in trie.token_bytes(t) {
+            st = a.step(&st, b).unwrap();
+        }
+        text.extend_from_slice(trie.token_bytes(t));
+    }
+    panic!(
+        "{name} seed {seed}: budget {budget} exceeded, text {:?}",
+        String::from_utf8_lossy(&text)
+    );
+}
+
+fn corpus() -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fixtures");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&fixtures)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    for f in files {
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
+        out.push((f.file_name().unwrap().to_string_lossy().into_owned(), v));
+    }
+    let n: usize = std::env::var("FORMWORK_MATCHER_SCHEMAS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40);
+    let root = shared().join("data/jsonschemabench");
+    let mut bench = Vec::new();
+    if let Ok(dirs) = std::fs::read_dir(&root) {
+        for d in dirs.flatten() {
+            if let Ok(fs) = std::fs::read_dir(d.path()) {
+                bench.extend(
+                    fs.flatten()
+                        .map(|e| e.path())
+                        .filter(|p| p.extension().is_some_and(|x| x == "json")),
+                );
+            }
+        }
+    }
+    if bench.is_empty() {
+        eprintln!("SKIPPED (bench part): no schemas under {root:?}; set FORMWORK_SHARED to a folder holding data/jsonschemabench");
+    }
+    bench.sort();
+    let step = (bench.len() / n.max(1)).max(1);
+    for p in bench.iter().step_by(step).take(n) {
+        if let Ok(v) =
+            serde_json::from_str::<Value>(&std::fs::read_to_string(p).unwrap_or_default())
+        {
+            out.push((p.strip_prefix(&root).unwrap_or(p).display().to_string(), v));
+        }
+    }
+    out
+}
+
+fn validate(schema: &Value, text: &[u8], name: &str) {
+    let Ok(v) = jsonschema::options()
+        .should_validate_formats(true)
+        .build(schema)
+    else {
+        return;
+    };
+    let inst: Value = serde_json::from_slice(text).unwrap_or_else(|e| {
+        panic!(
+            "{name}: matcher produced non-JSON {:?}: {e}",
+            String::from_utf8_lossy(text)
+        )
+    });
+    if let Err(e) = v.validate(&inst) {
+        panic!(
+            "{name}: matcher produced an invalid instance {:?}: {e}",
+            String::from_utf8_lossy(text)
+        );
+    }
+}
+
+#[test]
+fn compiled_schemas_masks_exact_and_walks_valid() {
+    let vocabs = [synthetic_vocab(11, 4000), byte_vocab()];
+    let mut checked = 0;
+    for (name, schema) in corpus() {
+        let Ok(a) = compile(&schema, &Config::default()) else {
+            continue;
+        };
+        let g = Grammar::new(a.clone());
+        let min = a.shortest_completion(&a.start()).len();
+        for trie in &vocabs {
+            for seed in 0..3u64 {
+                // Bytes bound tokens: a budget of min + 40 always suffices.
+                let text = walk(&a, &g, trie, seed, min + 40, &name);
+                validate(&schema, &text, &name);
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked >= 4, "only {checked} schemas compiled");
+    eprintln!("{checked} compiled schemas checked");
+}
+
+#[test]
+fn compiled_schemas_on_real_vocabularies() {
+    let models = model_paths();
+    if models.is_empty() {
+        eprintln!("SKIPPED: no GGUF models under ~/.cache/formwork/models (set FORMWORK_MODELS)");
+        return;
+    }
+    let schemas: Vec<(String, Value)> = corpus().into_iter().take(3).collect();
+    for (mname, path) in models {
+        let (bytes, special, eos) = gguf_vocab(&path).expect("GGUF vocabulary");
+        let trie = Arc::new(TokTrie::new(bytes, &special, &eos));
+        for (name, schema) in &schemas {
+            let Ok(a) = compile(schema, &Config::default()) else {
+                continue;
+            };
+            let g = Grammar::new(a.clone());
+            let min = a.shortest_completion(&a.start()).len();
+            let text = walk(&a, &g, &trie, 1, min + 8, &format!("{mname}/{name}"));
+            validate(schema, &text, name);
+        }
+    }
+}
