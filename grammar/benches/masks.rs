@@ -274,10 +274,19 @@ fn main() {
             let g = Grammar::new(a.clone());
             let mut per_schema = Vec::with_capacity(tokens.len());
             let mut m = Matcher::new(g.clone(), trie.clone());
+            let probe = std::env::var_os("FORMWORK_BENCH_PROBE").is_some();
             for &t in &tokens {
+                let before = if probe { g.stats().transitions } else { 0 };
                 let t1 = Instant::now();
                 m.compute_mask(&mut mask);
                 let d = us(t1);
+                if probe {
+                    println!(
+                        "probe {:.2} us {} new transitions",
+                        d,
+                        g.stats().transitions - before
+                    );
+                }
                 first.push(d);
                 per_schema.push(d);
                 assert!(
