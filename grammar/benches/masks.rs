@@ -281,9 +281,14 @@ fn main() {
                 m.compute_mask(&mut mask);
                 let d = us(t1);
                 if probe {
+                    let upto: usize = tokens[..per_schema.len()]
+                        .iter()
+                        .map(|&t| trie.token_bytes(t).len())
+                        .sum();
+                    let tail =
+                        String::from_utf8_lossy(&inst[upto.saturating_sub(40)..upto]).into_owned();
                     println!(
-                        "probe {:.2} us {} new transitions",
-                        d,
+                        "probe {d:.2} us {} new transitions after ...{tail:?}",
                         g.stats().transitions - before
                     );
                 }

@@ -213,8 +213,6 @@ struct Cache<A: ByteAutomaton> {
     /// Per registered vocabulary: its trie id and the masks by state id.
     vocabs: Vec<(u64, Vec<Option<Arc<Mask>>>)>,
     mask_bytes: usize,
-    /// The walk's state-per-depth stack, kept to avoid an allocation per mask.
-    stack: Vec<u32>,
 }
 
 struct Typed<A: ByteAutomaton> {
@@ -331,56 +329,61 @@ impl<A: ByteAutomaton> Cache<A> {
     /// most `n` characters are skipped: the caller has ORed them in already.
     #[inline(never)]
     fn walk(&mut self, a: &A, s: u32, trie: &FlatTrie, skip_upto: Option<u8>, out: &mut TokenSet) {
-        let nodes = &trie.nodes;
-        let mut stack = std::mem::take(&mut self.stack);
-        stack.clear();
-        stack.resize(257, 0);
+        match skip_upto {
+            None => self.walk_inner::<false>(a, s, trie, 0, out),
+            Some(lim) => self.walk_inner::<true>(a, s, trie, lim, out),
+        }
+    }
+
+    /// The hot loop. Per node: one load of the node, one of the parent's state from the
+    /// depth stack, one from the transition table; the automaton only on a miss.
+    #[inline(always)]
+    fn walk_inner<const SKIP: bool>(
+        &mut self,
+        a: &A,
+        s: u32,
+        trie: &FlatTrie,
+        lim: u8,
+        out: &mut TokenSet,
+    ) {
+        let nodes = trie.nodes.as_slice();
+        let maxc = trie.max_chars.as_slice();
+        debug_assert!(!SKIP || maxc.len() == nodes.len());
+        // Depth <= MAX_TOKEN_BYTES (255), so indices 0..=255 suffice.
+        let mut stack = [0u32; 256];
         stack[0] = s;
         let end = nodes.len();
         let mut i = 1usize;
         let words = out.words_mut();
-        match skip_upto {
-            None => {
-                while i < end {
-                    let n = nodes[i];
-                    let d = n.depth();
-                    let t = self.next(a, stack[d - 1], n.byte());
-                    if t == REFUSED {
-                        i = n.subtree_end();
-                        continue;
-                    }
-                    let tok = n.token();
-                    if tok != NO_TOKEN {
-                        words[tok as usize >> 6] |= 1u64 << (tok & 63);
-                    }
-                    stack[d] = t;
-                    i += 1;
-                }
+        let mut trans = self.trans.as_ptr();
+        while i < end {
+            // SAFETY: i < end = nodes.len() (and maxc has the same length when SKIP).
+            let n = unsafe { *nodes.get_unchecked(i) };
+            if SKIP && unsafe { *maxc.get_unchecked(i) } <= lim {
+                i = n.subtree_end();
+                continue;
             }
-            Some(lim) => {
-                let maxc = &trie.max_chars;
-                while i < end {
-                    if maxc[i] <= lim {
-                        i = nodes[i].subtree_end();
-                        continue;
-                    }
-                    let n = nodes[i];
-                    let d = n.depth();
-                    let t = self.next(a, stack[d - 1], n.byte());
-                    if t == REFUSED {
-                        i = n.subtree_end();
-                        continue;
-                    }
-                    let tok = n.token();
-                    if tok != NO_TOKEN {
-                        words[tok as usize >> 6] |= 1u64 << (tok & 63);
-                    }
-                    stack[d] = t;
-                    i += 1;
-                }
+            let d = n.depth();
+            // SAFETY: 1 <= d <= 255 for every non-root node.
+            let prev = unsafe { *stack.get_unchecked(d - 1) };
+            let b = n.byte();
+            // SAFETY: every interned state owns a full 256-entry row.
+            let mut t = unsafe { *trans.add(prev as usize * 256 + b as usize) };
+            if t == UNKNOWN {
+                t = self.next_slow(a, prev, b);
+                trans = self.trans.as_ptr(); // the table may have grown
             }
+            if t == REFUSED {
+                i = n.subtree_end();
+                continue;
+            }
+            let tok = n.token();
+            if tok != NO_TOKEN {
+                words[tok as usize >> 6] |= 1u64 << (tok & 63);
+            }
+            unsafe { *stack.get_unchecked_mut(d) = t };
+            i += 1;
         }
-        self.stack = stack;
     }
 
     /// The full mask of state `s` (EOS included when accepting), uncached.
@@ -645,7 +648,6 @@ impl Grammar {
             known_transitions: 0,
             vocabs: Vec::new(),
             mask_bytes: 0,
-            stack: Vec::new(),
         };
         let start = cache.intern(automaton.start());
         Arc::new(Grammar {
