@@ -286,7 +286,7 @@ fn unsupported_and_lenient() {
     .unwrap();
     assert_eq!(a.relaxed().len(), 1);
     assert_eq!(a.relaxed()[0].pointer, "/properties/a/uniqueItems");
-    let msg = err(json!({"not": {"type": "string"}})).to_string();
+    let msg = err(json!({"not": {"minLength": 3}})).to_string();
     assert!(msg.contains("`not`") && msg.contains("/not"), "{msg}");
 }
 
@@ -338,4 +338,44 @@ fn empty_and_limits() {
         ..Config::default()
     };
     assert!(matches!(compile(&deep, &cfg), Err(CompileError::Limit { .. })));
+}
+
+#[test]
+fn pattern_properties_apply_to_listed_names() {
+    // "ab" matches "^a": it must be an integer too; "b" is free; pattern-only keys are not generated.
+    let s = json!({"type": "object", "properties": {"ab": {"type": ["integer", "string"]}, "b": {"type": "string"}}, "patternProperties": {"^a": {"type": "integer"}}, "additionalProperties": false});
+    check(s, &["{\"ab\":1,\"b\":\"x\"}"], &["{\"ab\":\"s\"}", "{\"ac\":1}"]);
+}
+
+#[test]
+fn one_of_narrowed_to_disjoint() {
+    // S1: branch 0 must omit `b`, which branch 1 requires.
+    let s = json!({"oneOf": [{"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a"]}, {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"]}]});
+    check(s, &["{\"a\":1}", "{\"b\":2}"], &["{\"a\":1,\"b\":2}"]);
+    // S2: closed branches with different properties; `{}` matches both, so it is refused.
+    let s = json!({"oneOf": [{"type": "object", "properties": {"x": {"type": "integer"}}, "additionalProperties": false}, {"type": "object", "properties": {"y": {"type": "integer"}}, "additionalProperties": false}]});
+    check(s, &["{\"x\":1}", "{\"y\":1}"], &["{}"]);
+}
+
+#[test]
+fn dependencies_and_not() {
+    let s = json!({"type": "object", "properties": {"card": {"type": "string"}, "billing": {"type": "string"}}, "dependencies": {"card": ["billing"]}});
+    check(
+        s,
+        &["{}", "{\"billing\":\"b\"}", "{\"card\":\"c\",\"billing\":\"b\"}"],
+        &["{\"card\":\"c\"}"],
+    );
+    let s = json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "not": {"required": ["a", "b"]}});
+    check(s, &["{\"a\":1}", "{\"b\":1}", "{}"], &["{\"a\":1,\"b\":2}"]);
+    check(json!({"not": {"type": "integer"}}), &["\"s\"", "null"], &["1", "1.5"]);
+}
+
+#[test]
+fn format_on_non_strings_and_aliases() {
+    check(json!({"type": "integer", "format": "int32"}), &["5"], &["\"5\""]);
+    check(
+        json!({"type": "string", "format": "url"}),
+        &["\"https://example.com/a\""],
+        &["\"nope\""],
+    );
 }

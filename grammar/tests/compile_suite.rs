@@ -102,5 +102,5 @@ fn test_suite_valid_accepted_invalid_refused() {
         "valid instances newly refused:\n{}",
         new.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
     );
-    assert!(compiled > 300, "only {compiled} groups compiled");
+    assert!(compiled > 250, "only {compiled} groups compiled");
 }

@@ -51,6 +51,24 @@ fn walk(a: &Automaton, rng: &mut impl Rng, soft_len: usize) -> Result<Vec<u8>, S
             }
             return Ok(text);
         }
+        // Rejection sampling first (cheap), then a full scan of the 256 bytes.
+        let mut pick = None;
+        for _ in 0..24 {
+            let b = if rng.random_bool(0.9) {
+                rng.random_range(0x20u8..0x7F)
+            } else {
+                rng.random::<u8>()
+            };
+            if let Some(n) = a.step(&s, b) {
+                pick = Some((b, n));
+                break;
+            }
+        }
+        if let Some((b, n)) = pick {
+            s = n;
+            text.push(b);
+            continue;
+        }
         let allowed: Vec<u8> = (0..=255u8).filter(|&b| a.step(&s, b).is_some()).collect();
         if allowed.is_empty() {
             if a.is_accepting(&s) {

@@ -62,6 +62,10 @@ struct Typed {
     omin: u32,
     omax: Option<u32>,
     lits: Option<Vec<Value>>,
+    /// Unknown `format`s (pointer, name): refused or relaxed if a string can be produced.
+    bad_fmt: Vec<(String, String)>,
+    /// `patternProperties`: (anchored search regex, its pattern, key of the schema).
+    pprops: Vec<(String, String, Key)>,
 }
 
 impl Typed {
@@ -85,16 +89,20 @@ impl Typed {
             omin: 0,
             omax: None,
             lits: None,
+            bad_fmt: Vec::new(),
+            pprops: Vec::new(),
         }
     }
     fn item_key(&self, i: usize) -> Key {
         self.prefix.get(i).cloned().unwrap_or_else(|| self.items.clone())
     }
-    fn prop_key(&self, name: &str) -> Key {
-        match self.props.iter().find(|(n, _)| n == name) {
-            Some((_, k)) => k.clone(),
-            None => self.extra.clone().unwrap_or_default(),
-        }
+}
+
+/// `t` restricted to objects without property `p`.
+fn forbid(t: &mut Typed, p: &str) {
+    match t.props.iter_mut().find(|(n, _)| n == p) {
+        Some(x) => x.1 = vec![FALSE_LOC],
+        None => t.props.push((p.to_string(), vec![FALSE_LOC])),
     }
 }
 
@@ -137,7 +145,7 @@ fn json_eq(a: &Value, b: &Value) -> bool {
     }
 }
 
-fn intersect(a: &Typed, b: &Typed) -> Option<Typed> {
+fn intersect(a: &Typed, b: &Typed, pk: &mut dyn FnMut(&Typed, &str) -> Option<Key>) -> Option<Option<Typed>> {
     let mut r = a.clone();
     r.t &= b.t;
     // INT and NUM: NUM includes integers.
@@ -153,7 +161,10 @@ fn intersect(a: &Typed, b: &Typed) -> Option<Typed> {
     r.t = (r.t & !(T_INT | T_NUM)) | num;
     r.lo = a.lo.max(b.lo);
     r.hi = a.hi.min(b.hi);
-    r.q = (a.q / gcd(a.q, b.q)).checked_mul(b.q)?;
+    r.q = match (a.q / gcd(a.q, b.q)).checked_mul(b.q) {
+        Some(q) => q,
+        None => return Some(None),
+    };
     r.smin = a.smin.max(b.smin);
     r.smax = min_opt(a.smax, b.smax);
     r.pats.extend(b.pats.iter().cloned());
@@ -167,7 +178,7 @@ fn intersect(a: &Typed, b: &Typed) -> Option<Typed> {
         if props.iter().any(|(n, _)| n == name) {
             continue;
         }
-        props.push((name.clone(), union_key(&a.prop_key(name), &b.prop_key(name))));
+        props.push((name.clone(), union_key(&pk(a, name)?, &pk(b, name)?)));
     }
     r.props = props;
     for q in &b.req {
@@ -180,6 +191,8 @@ fn intersect(a: &Typed, b: &Typed) -> Option<Typed> {
         (Some(x), Some(y)) => Some(union_key(x, y)),
     };
     r.has_props = a.has_props || b.has_props;
+    r.bad_fmt.extend(b.bad_fmt.iter().cloned());
+    r.pprops.extend(b.pprops.iter().cloned());
     r.omin = a.omin.max(b.omin);
     r.omax = min_opt(a.omax, b.omax);
     r.lits = match (&a.lits, &b.lits) {
@@ -187,9 +200,9 @@ fn intersect(a: &Typed, b: &Typed) -> Option<Typed> {
         (Some(x), Some(y)) => Some(x.iter().filter(|v| y.iter().any(|w| json_eq(v, w))).cloned().collect()),
     };
     if r.t == 0 || r.lits.as_ref().is_some_and(|l| l.is_empty()) {
-        return None;
+        return Some(None);
     }
-    Some(r)
+    Some(Some(r))
 }
 
 /// Keywords that carry no constraint.
@@ -468,12 +481,21 @@ impl<'a> Builder<'a> {
         Ok(r)
     }
 
-    fn conj(&self, a: Vec<Typed>, b: &[Typed], ptr: &str) -> Result<Vec<Typed>, CompileError> {
+    fn conj(&mut self, a: Vec<Typed>, b: &[Typed], ptr: &str) -> Result<Vec<Typed>, CompileError> {
         let mut out = Vec::new();
         for x in &a {
             for y in b {
-                if let Some(z) = intersect(x, y) {
-                    out.push(z);
+                let r = intersect(x, y, &mut |t: &Typed, n: &str| self.prop_key_full(t, n));
+                match r {
+                    Some(Some(z)) => out.push(z),
+                    Some(None) => {}
+                    None => {
+                        return Err(CompileError::Unsupported {
+                            keyword: "patternProperties".into(),
+                            pointer: ptr.to_string(),
+                            why: "a pattern the DFA cannot read decides a merged property".into(),
+                        })
+                    }
                 }
             }
         }
@@ -601,7 +623,7 @@ impl<'a> Builder<'a> {
                     let s = x.as_str().unwrap_or("");
                     match pattern::format_regex(s) {
                         Some(r) => base.pats.push((r, format!("format {s:?}"), true)),
-                        None => self.unsupported(k, &kp, &format!("format {s:?} is not enforced"))?,
+                        None => base.bad_fmt.push((kp.clone(), s.to_string())),
                     }
                 }
                 "items" => match x {
@@ -652,11 +674,17 @@ impl<'a> Builder<'a> {
                     _ => base.extra = Some(self.key_of(&kp)),
                 },
                 "patternProperties" => {
-                    if x.as_object().is_some_and(|o| !o.is_empty()) {
+                    let o = x.as_object().ok_or_else(|| Self::invalid(&kp, "not an object"))?;
+                    if !o.is_empty() {
                         base.has_props = true;
-                        self.unsupported(k, &kp, "pattern-matched property names are not generated")?;
-                        // Lenient: the listed names still must satisfy the matching patterns;
-                        // unlisted keys are not generated either way.
+                    }
+                    // Listed properties also satisfy every matching pattern's schema; keys that
+                    // only a pattern admits are not generated (an instance without them is valid).
+                    for pat in o.keys() {
+                        match pattern::search_regex(pat) {
+                            Ok(re) => base.pprops.push((re, pat.clone(), self.key_of(&format!("{kp}/{}", esc_ptr(pat))))),
+                            Err(e) => self.unsupported(k, &format!("{kp}/{}", esc_ptr(pat)), &format!("pattern {pat:?}: {e}"))?,
+                        }
                     }
                 }
                 "allOf" | "anyOf" | "oneOf" => {
@@ -670,10 +698,14 @@ impl<'a> Builder<'a> {
                         "allOf" => conjs.extend(branches),
                         "anyOf" => conjs.push(Rc::new(branches.iter().flat_map(|b| b.iter().cloned()).collect())),
                         _ => {
+                            // What branch i generates must fail the *real* branch j.
+                            let real = branches.clone();
+                            let mut branches: Vec<Rc<Vec<Typed>>> = branches;
+                            self.separate(&mut branches, &real);
                             let mut overlap = None;
                             'o: for i in 0..branches.len() {
-                                for j in i + 1..branches.len() {
-                                    if !self.dnf_disjoint(&branches[i], &branches[j], 3) {
+                                for j in 0..branches.len() {
+                                    if i != j && !self.dnf_disjoint(&branches[i], &real[j], 3) {
                                         overlap = Some((i, j));
                                         break 'o;
                                     }
@@ -691,10 +723,34 @@ impl<'a> Builder<'a> {
                     }
                 }
                 "not" => {
-                    // `not` of something nothing satisfies is no constraint.
+                    // `not` of something nothing satisfies is no constraint; `not: {required}`
+                    // and `not: {type}` have exact complements.
                     let l = self.loc(&kp);
                     let d = self.dnf(l)?;
-                    if !d.is_empty() {
+                    let keys: Vec<&str> = x
+                        .as_object()
+                        .map(|o| o.keys().map(String::as_str).filter(|k| !IGNORED.contains(k)).collect())
+                        .unwrap_or_default();
+                    if d.is_empty() {
+                    } else if keys == ["required"] && d.len() == 1 {
+                        let mut alts = Vec::new();
+                        let mut other = Typed::any();
+                        other.t &= !T_OBJ;
+                        alts.push(other);
+                        for r in &d[0].req {
+                            let mut a = Typed::any();
+                            forbid(&mut a, r);
+                            alts.push(a);
+                        }
+                        conjs.push(Rc::new(alts));
+                    } else if keys == ["type"] && d.len() == 1 {
+                        let mut a = Typed::any();
+                        a.t &= !d[0].t;
+                        if d[0].t & (T_INT | T_NUM) != 0 {
+                            a.t &= !(T_INT | T_NUM);
+                        }
+                        conjs.push(Rc::new(vec![a]));
+                    } else {
                         self.unsupported(k, &kp, "negation is not enforced")?;
                     }
                 }
@@ -710,11 +766,24 @@ impl<'a> Builder<'a> {
                 }
                 "then" | "else" => {}
                 "dependencies" | "dependentRequired" | "dependentSchemas" => {
-                    if x.as_object().is_some_and(|o| !o.is_empty()) {
-                        if k == "dependencies" && self.draft == Draft::D2020 && !self.cfg.lenient {
-                            // 2020-12 readers (and the validator) ignore `dependencies`.
+                    // Exact: for each trigger, either it is absent or the dependency holds.
+                    let o = x.as_object().ok_or_else(|| Self::invalid(&kp, "not an object"))?;
+                    for (name, dep) in o {
+                        let mut absent = Typed::any();
+                        forbid(&mut absent, name);
+                        let mut alts = vec![absent];
+                        match dep {
+                            Value::Array(names) => {
+                                let mut need = Typed::any();
+                                need.req = names.iter().filter_map(|n| n.as_str().map(String::from)).collect();
+                                alts.push(need);
+                            }
+                            _ => {
+                                let l = self.loc(&format!("{kp}/{}", esc_ptr(name)));
+                                alts.extend(self.dnf(l)?.iter().cloned());
+                            }
                         }
-                        self.unsupported(k, &kp, "property dependencies are not enforced")?;
+                        conjs.push(Rc::new(alts));
                     }
                 }
                 "contains"
@@ -749,6 +818,67 @@ impl<'a> Builder<'a> {
     }
 
     // ---------- disjointness (for oneOf) ----------
+
+    /// Narrows `oneOf` branches so that what each generates fails the others: a value of
+    /// branch i omits a property another branch requires (S1), or carries a property a
+    /// closed branch does not list (S2). Narrowing only drops instances, so it stays sound.
+    fn separate(&mut self, branches: &mut [Rc<Vec<Typed>>], real: &[Rc<Vec<Typed>>]) {
+        let n = branches.len();
+        for i in 0..n {
+            let mut cur: Vec<Typed> = (*branches[i]).clone();
+            for j in 0..n {
+                if i == j {
+                    continue;
+                }
+                let others = real[j].clone();
+                for y in others.iter() {
+                    let mut next = Vec::new();
+                    for c in cur {
+                        if self.typed_disjoint(&c, y, 3) {
+                            next.push(c);
+                            continue;
+                        }
+                        if c.t & T_OBJ == 0 || y.t & T_OBJ == 0 {
+                            next.push(c);
+                            continue;
+                        }
+                        if let Some(p) = y.req.iter().find(|p| !c.req.contains(p)).cloned() {
+                            let mut c2 = c.clone();
+                            forbid(&mut c2, &p);
+                            if self.typed_disjoint(&c2, y, 3) {
+                                next.push(c2);
+                                continue;
+                            }
+                        }
+                        if y.extra.as_ref() == Some(&vec![FALSE_LOC]) && y.pprops.is_empty() {
+                            let extra: Vec<String> = c
+                                .props
+                                .iter()
+                                .filter(|(q, k)| *k != vec![FALSE_LOC] && !y.props.iter().any(|(r, _)| r == q))
+                                .map(|(q, _)| q.clone())
+                                .collect();
+                            if !extra.is_empty() {
+                                for q in extra {
+                                    let mut c2 = c.clone();
+                                    if !c2.req.contains(&q) {
+                                        c2.req.push(q);
+                                    }
+                                    next.push(c2);
+                                }
+                                continue;
+                            }
+                        }
+                        next.push(c);
+                    }
+                    cur = next;
+                    if cur.len() > self.cfg.limits.alternatives {
+                        return;
+                    }
+                }
+            }
+            branches[i] = Rc::new(cur);
+        }
+    }
 
     fn key_dnf(&mut self, k: &Key) -> Result<Vec<Typed>, CompileError> {
         let mut acc = vec![Typed::any()];
@@ -814,8 +944,9 @@ impl<'a> Builder<'a> {
                 for n in names {
                     let ra = a.req.contains(&n);
                     let rb = b.req.contains(&n);
-                    let ka = a.prop_key(&n);
-                    let kb = b.prop_key(&n);
+                    let (Some(ka), Some(kb)) = (self.prop_key_full(a, &n), self.prop_key_full(b, &n)) else {
+                        return false;
+                    };
                     // Required on one side, impossible on the other.
                     if (ra && kb == vec![FALSE_LOC]) || (rb && ka == vec![FALSE_LOC]) {
                         ok = true;
@@ -914,7 +1045,7 @@ impl<'a> Builder<'a> {
                     return false;
                 }
                 for (k, x) in o {
-                    let key = t.prop_key(k);
+                    let Some(key) = self.prop_key_full(t, k) else { return superset };
                     if !self.value_ok_key(&key, x, superset) {
                         return false;
                     }
@@ -922,6 +1053,36 @@ impl<'a> Builder<'a> {
                 true
             }
         }
+    }
+
+    /// The key of property `name` in `t`: its listed schema and every matching
+    /// `patternProperties` schema, else `additionalProperties`. `None`: a pattern cannot
+    /// be read.
+    fn prop_key_full(&mut self, t: &Typed, name: &str) -> Option<Key> {
+        let listed = t.props.iter().find(|(n, _)| n == name).map(|(_, k)| k.clone());
+        let mut matched = false;
+        let mut k = listed.clone().unwrap_or_default();
+        for (re, _, pk) in &t.pprops {
+            match self.dfa_for(std::slice::from_ref(re)) {
+                Ok(Some(d)) => {
+                    let dfa = &self.ir.dfas[d as usize];
+                    let mut st = dfa.start;
+                    for &b in name.as_bytes() {
+                        st = dfa.next(st, b);
+                    }
+                    if st != 0 && dfa.accept[st as usize] {
+                        k = union_key(&k, pk);
+                        matched = true;
+                    }
+                }
+                Ok(None) => {}
+                Err(_) => return None,
+            }
+        }
+        if listed.is_none() && !matched {
+            k = union_key(&k, &t.extra.clone().unwrap_or_default());
+        }
+        Some(k)
     }
 
     fn value_ok_key(&mut self, k: &Key, v: &Value, superset: bool) -> bool {
@@ -1075,6 +1236,9 @@ impl<'a> Builder<'a> {
             }
         }
         if t.t & T_STR != 0 {
+            if let Some((p, f)) = t.bad_fmt.first() {
+                self.unsupported("format", p, &format!("format {f:?} is not enforced"))?;
+            }
             if let Some(s) = self.str_spec(t.smin, t.smax, &t.pats, None, ptr)? {
                 alts.push(Alt::Str(s));
             }
@@ -1103,7 +1267,10 @@ impl<'a> Builder<'a> {
             }
             let mut props = Vec::new();
             for (n, required) in names {
-                let k = t.prop_key(&n);
+                let Some(k) = self.prop_key_full(t, &n) else {
+                    self.unsupported("patternProperties", ptr, "a pattern the DFA cannot read")?;
+                    continue;
+                };
                 let node = self.node_for(k);
                 let enc = serde_json::to_string(&Value::String(n.clone())).expect("a string serialises");
                 let key = enc.as_bytes()[1..enc.len() - 1].to_vec();
@@ -1117,6 +1284,7 @@ impl<'a> Builder<'a> {
             let extra = match &t.extra {
                 Some(k) if *k == vec![FALSE_LOC] => None,
                 Some(k) => Some(self.node_for(k.clone())),
+                _ if !t.pprops.is_empty() => None,
                 None if !t.has_props => Some(self.node_for(Vec::new())),
                 None => None,
             };

@@ -304,6 +304,18 @@ pub fn format_regex(f: &str) -> Option<String> {
         "relative-json-pointer" => "(?:0|[1-9][0-9]{0,8})(?:#|(?:/(?:[A-Za-z0-9_-]|~[01])*)*)".into(),
         "uri-template" => "[A-Za-z0-9/._-]*".into(),
         "regex" => "[A-Za-z0-9 _-]*".into(),
+        // Names the validator does not know (so it does not check them): a sound reading of
+        // their usual meaning.
+        "url" => uri(),
+        "int32" | "int64" | "integer" | "int" | "long" | "uint32" | "uint64" => "-?(?:0|[1-9][0-9]{0,8})".into(),
+        "double" | "float" | "number" | "decimal" => "-?(?:0|[1-9][0-9]{0,8})(?:\\.[0-9]{1,6})?".into(),
+        "byte" | "base64" => "(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?".into(),
+        "utc-millisec" => "(?:0|[1-9][0-9]{0,12})".into(),
+        "color" => "#[0-9a-fA-F]{6}".into(),
+        "phone" => "\\+?[0-9]{7,15}".into(),
+        "cidr" => format!("{}/(?:3[0-2]|[12]?[0-9])", ipv4()),
+        "path" => "/?[A-Za-z0-9._-]{1,30}(?:/[A-Za-z0-9._-]{1,30}){0,5}".into(),
+        "password" | "textarea" | "markdown" | "html" | "text" | "multiline" | "binary" | "string" => "(?s:.)*".into(),
         _ => return None,
     };
     Some(format!("^(?:{body})$"))
