@@ -38,4 +38,14 @@ pub trait ByteAutomaton: Send + Sync {
     fn plain_chars_allowed(&self, _s: &Self::State) -> Option<u32> {
         None
     }
+
+    /// Optional acceleration hint: a superset of the bytes `step` accepts from `s`, as a
+    /// 256-bit set (byte `b` at bit `b % 64` of word `b / 64`). `Some(set)` promises
+    /// `step(s, b)` is `None` for every `b` outside `set`. The token side asks once per
+    /// state and then skips those bytes without calling `step`: a structural state that
+    /// allows a handful of bytes otherwise costs one `step` per child of the trie root
+    /// (about 250) the first time it is masked. `None` (the default) promises nothing.
+    fn allowed_bytes(&self, _s: &Self::State) -> Option<[u64; 4]> {
+        None
+    }
 }

@@ -183,6 +183,8 @@ struct Info {
     /// Largest `min_completion` over the end states of the tokens allowed here
     /// (per vocabulary slot; only slot 0 cached, others recompute).
     max_end_min: u32,
+    /// Whether `ByteAutomaton::allowed_bytes` has been asked (and applied to the row).
+    filtered: bool,
 }
 
 /// The erased interface a [`Grammar`] offers; implemented for every automaton.
@@ -235,6 +237,7 @@ impl<A: ByteAutomaton> Cache<A> {
             min_completion: UNSET,
             forced: FORCED_UNKNOWN,
             max_end_min: UNSET,
+            filtered: false,
         });
         self.ids.insert(st.clone(), id);
         self.states.push(st);
@@ -254,6 +257,24 @@ impl<A: ByteAutomaton> Cache<A> {
     #[cold]
     #[inline(never)]
     fn next_slow(&mut self, a: &A, s: u32, b: u8) -> u32 {
+        let row = s as usize * 256;
+        if !self.info[s as usize].filtered {
+            // One call refuses, for this state, every byte outside the automaton's
+            // allowed set: a new state then costs a step per *allowed* first byte
+            // instead of one per child of the trie root.
+            self.info[s as usize].filtered = true;
+            if let Some(set) = a.allowed_bytes(&self.states[s as usize]) {
+                for x in 0..256usize {
+                    if set[x >> 6] & (1u64 << (x & 63)) == 0 && self.trans[row + x] == UNKNOWN {
+                        self.trans[row + x] = REFUSED;
+                    }
+                }
+                let t = self.trans[row + b as usize];
+                if t != UNKNOWN {
+                    return t;
+                }
+            }
+        }
         let t = match a.step(&self.states[s as usize], b) {
             None => REFUSED,
             Some(st) => self.intern(st),

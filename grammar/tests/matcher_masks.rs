@@ -349,3 +349,52 @@ fn shared_types_are_send_and_sync() {
     check::<Matcher>();
     check::<TokenSet>();
 }
+
+/// `allowed_bytes` spares the automaton one `step` per refused child of the trie root.
+#[test]
+fn allowed_bytes_hint_saves_step_calls() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    struct Counted<A> {
+        inner: A,
+        hint: bool,
+        steps: AtomicUsize,
+    }
+    impl<A: ByteAutomaton> ByteAutomaton for Counted<A> {
+        type State = A::State;
+        fn start(&self) -> A::State {
+            self.inner.start()
+        }
+        fn step(&self, s: &A::State, b: u8) -> Option<A::State> {
+            self.steps.fetch_add(1, Ordering::Relaxed);
+            self.inner.step(s, b)
+        }
+        fn is_accepting(&self, s: &A::State) -> bool {
+            self.inner.is_accepting(s)
+        }
+        fn shortest_completion(&self, s: &A::State) -> Vec<u8> {
+            self.inner.shortest_completion(s)
+        }
+        fn allowed_bytes(&self, s: &A::State) -> Option<[u64; 4]> {
+            if self.hint {
+                self.inner.allowed_bytes(s)
+            } else {
+                None
+            }
+        }
+    }
+    let trie = byte_vocab();
+    let mut calls = Vec::new();
+    for hint in [false, true] {
+        let a = Arc::new(Counted {
+            inner: Brackets { max_depth: None },
+            hint,
+            steps: AtomicUsize::new(0),
+        });
+        let mut m = Matcher::new(Grammar::new(a.clone()), trie.clone());
+        let mut mask = TokenSet::new(trie.vocab_size());
+        m.compute_mask(&mut mask);
+        assert_eq!(mask.count(), 3, "a [ {{");
+        calls.push(a.steps.load(Ordering::Relaxed));
+    }
+    assert_eq!(calls, vec![256, 5], "steps without and with the hint");
+}

@@ -68,8 +68,16 @@ pub struct RegexAuto {
 impl RegexAuto {
     pub fn new(pattern: &str) -> Self {
         let dfa = dense::Builder::new()
-            .configure(dense::Config::new().minimize(true).start_kind(StartKind::Anchored))
-            .syntax(regex_automata::util::syntax::Config::new().unicode(false).utf8(false))
+            .configure(
+                dense::Config::new()
+                    .minimize(true)
+                    .start_kind(StartKind::Anchored),
+            )
+            .syntax(
+                regex_automata::util::syntax::Config::new()
+                    .unicode(false)
+                    .utf8(false),
+            )
             .build(&format!("^(?:{pattern})$"))
             .unwrap();
         RegexAuto { dfa }
@@ -79,7 +87,9 @@ impl RegexAuto {
 impl ByteAutomaton for RegexAuto {
     type State = StateID;
     fn start(&self) -> StateID {
-        self.dfa.start_state(&start::Config::new().anchored(Anchored::Yes)).unwrap()
+        self.dfa
+            .start_state(&start::Config::new().anchored(Anchored::Yes))
+            .unwrap()
     }
     fn step(&self, s: &StateID, b: u8) -> Option<StateID> {
         let t = self.dfa.next_state(*s, b);
@@ -91,6 +101,18 @@ impl ByteAutomaton for RegexAuto {
     fn shortest_completion(&self, s: &StateID) -> Vec<u8> {
         bfs_completion(self, s)
     }
+    fn allowed_bytes(&self, s: &StateID) -> Option<[u64; 4]> {
+        Some(byte_set((0..=255u8).filter(|&b| self.step(s, b).is_some())))
+    }
+}
+
+/// A 256-bit byte set from bytes.
+pub fn byte_set(bytes: impl IntoIterator<Item = u8>) -> [u64; 4] {
+    let mut set = [0u64; 4];
+    for b in bytes {
+        set[b as usize >> 6] |= 1 << (b & 63);
+    }
+    set
 }
 
 /// Exactly one literal.
@@ -128,7 +150,10 @@ pub struct BState {
 impl ByteAutomaton for Brackets {
     type State = BState;
     fn start(&self) -> BState {
-        BState { stack: vec![], phase: 0 }
+        BState {
+            stack: vec![],
+            phase: 0,
+        }
     }
     fn step(&self, s: &BState, b: u8) -> Option<BState> {
         let close = s.stack.last().map(|&o| if o == b'[' { b']' } else { b'}' });
@@ -153,6 +178,13 @@ impl ByteAutomaton for Brackets {
     }
     fn is_accepting(&self, s: &BState) -> bool {
         s.phase == 2 && s.stack.is_empty()
+    }
+    fn allowed_bytes(&self, s: &BState) -> Option<[u64; 4]> {
+        // A deliberate superset for the value phases: `]` and `}` are always in it.
+        Some(match s.phase {
+            0 | 1 => byte_set(*b"a[{]}"),
+            _ => byte_set(*b",]}"),
+        })
     }
     fn shortest_completion(&self, s: &BState) -> Vec<u8> {
         let mut out = Vec::new();
@@ -311,6 +343,14 @@ impl ByteAutomaton for JsonStr {
     }
     fn shortest_completion(&self, s: &SState) -> Vec<u8> {
         bfs_completion(self, s)
+    }
+    fn allowed_bytes(&self, s: &SState) -> Option<[u64; 4]> {
+        match *s {
+            SState::Pre(i) => Some(byte_set([self.prefix[i]])),
+            SState::Open => Some(byte_set([b'"'])),
+            SState::Post(i) => Some(byte_set(self.suffix.get(i).copied())),
+            _ => None,
+        }
     }
     fn plain_chars_allowed(&self, s: &SState) -> Option<u32> {
         match *s {
@@ -523,7 +563,10 @@ pub fn gguf_vocab(path: &std::path::Path) -> Option<(Vec<Vec<u8>>, Vec<bool>, Ve
 }
 
 fn byte_decoder() -> std::collections::HashMap<char, u8> {
-    let mut bs: Vec<u32> = (b'!' as u32..=b'~' as u32).chain(0xA1..=0xAC).chain(0xAE..=0xFF).collect();
+    let mut bs: Vec<u32> = (b'!' as u32..=b'~' as u32)
+        .chain(0xA1..=0xAC)
+        .chain(0xAE..=0xFF)
+        .collect();
     let mut cs = bs.clone();
     let mut n = 0;
     for b in 0..256u32 {
@@ -533,7 +576,10 @@ fn byte_decoder() -> std::collections::HashMap<char, u8> {
             n += 1;
         }
     }
-    bs.iter().zip(cs).map(|(&b, c)| (char::from_u32(c).unwrap(), b as u8)).collect()
+    bs.iter()
+        .zip(cs)
+        .map(|(&b, c)| (char::from_u32(c).unwrap(), b as u8))
+        .collect()
 }
 
 struct GgufReader<'a> {
