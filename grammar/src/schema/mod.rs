@@ -520,6 +520,7 @@ impl<'a> Builder<'a> {
         };
         let mut base = Typed::any();
         let mut conjs: Vec<Rc<Vec<Typed>>> = Vec::new();
+        let mut one_ofs: Vec<(String, Vec<Rc<Vec<Typed>>>)> = Vec::new();
         let old_draft = matches!(self.draft, Draft::D4 | Draft::D6 | Draft::D7);
         if let Some(r) = m.get("$ref") {
             let r = r.as_str().ok_or_else(|| Self::invalid(&format!("{ptr}/$ref"), "not a string"))?;
@@ -697,29 +698,7 @@ impl<'a> Builder<'a> {
                     match k.as_str() {
                         "allOf" => conjs.extend(branches),
                         "anyOf" => conjs.push(Rc::new(branches.iter().flat_map(|b| b.iter().cloned()).collect())),
-                        _ => {
-                            // What branch i generates must fail the *real* branch j.
-                            let real = branches.clone();
-                            let mut branches: Vec<Rc<Vec<Typed>>> = branches;
-                            self.separate(&mut branches, &real);
-                            let mut overlap = None;
-                            'o: for i in 0..branches.len() {
-                                for j in 0..branches.len() {
-                                    if i != j && !self.dnf_disjoint(&branches[i], &real[j], 3) {
-                                        overlap = Some((i, j));
-                                        break 'o;
-                                    }
-                                }
-                            }
-                            if let Some((i, j)) = overlap {
-                                self.unsupported(
-                                    k,
-                                    &kp,
-                                    &format!("branches {i} and {j} may both match; exactly-one is not enforceable"),
-                                )?;
-                            }
-                            conjs.push(Rc::new(branches.iter().flat_map(|b| b.iter().cloned()).collect()));
-                        }
+                        _ => one_ofs.push((kp.clone(), branches)),
                     }
                 }
                 "not" => {
@@ -810,6 +789,37 @@ impl<'a> Builder<'a> {
                 }
             }
         }
+        // oneOf, read together with the sibling keywords: what branch i generates must fail
+        // the real branch j (both under the siblings).
+        for (kp, branches) in one_ofs {
+            let mut real = Vec::new();
+            for b in &branches {
+                real.push(Rc::new(self.conj(vec![base.clone()], b, &kp)?));
+            }
+            let mut narrowed = real.clone();
+            self.separate(&mut narrowed, &real);
+            let mut overlap = None;
+            'o: for i in 0..narrowed.len() {
+                for j in 0..narrowed.len() {
+                    if i != j && !self.dnf_disjoint(&narrowed[i], &real[j], 3) {
+                        overlap = Some((i, j));
+                        break 'o;
+                    }
+                }
+            }
+            if overlap.is_none() && narrowed.iter().all(|b| b.is_empty()) && real.iter().any(|b| !b.is_empty()) {
+                overlap = Some((0, 1));
+            }
+            if let Some((i, j)) = overlap {
+                self.unsupported(
+                    "oneOf",
+                    &kp,
+                    &format!("branches {i} and {j} may both match; exactly-one is not enforceable"),
+                )?;
+                narrowed = real;
+            }
+            conjs.push(Rc::new(narrowed.iter().flat_map(|b| b.iter().cloned()).collect()));
+        }
         let mut acc = vec![base];
         for c in conjs {
             acc = self.conj(acc, &c, ptr)?;
@@ -834,41 +844,7 @@ impl<'a> Builder<'a> {
                 for y in others.iter() {
                     let mut next = Vec::new();
                     for c in cur {
-                        if self.typed_disjoint(&c, y, 3) {
-                            next.push(c);
-                            continue;
-                        }
-                        if c.t & T_OBJ == 0 || y.t & T_OBJ == 0 {
-                            next.push(c);
-                            continue;
-                        }
-                        if let Some(p) = y.req.iter().find(|p| !c.req.contains(p)).cloned() {
-                            let mut c2 = c.clone();
-                            forbid(&mut c2, &p);
-                            if self.typed_disjoint(&c2, y, 3) {
-                                next.push(c2);
-                                continue;
-                            }
-                        }
-                        if y.extra.as_ref() == Some(&vec![FALSE_LOC]) && y.pprops.is_empty() {
-                            let extra: Vec<String> = c
-                                .props
-                                .iter()
-                                .filter(|(q, k)| *k != vec![FALSE_LOC] && !y.props.iter().any(|(r, _)| r == q))
-                                .map(|(q, _)| q.clone())
-                                .collect();
-                            if !extra.is_empty() {
-                                for q in extra {
-                                    let mut c2 = c.clone();
-                                    if !c2.req.contains(&q) {
-                                        c2.req.push(q);
-                                    }
-                                    next.push(c2);
-                                }
-                                continue;
-                            }
-                        }
-                        next.push(c);
+                        next.extend(self.narrow(c, y));
                     }
                     cur = next;
                     if cur.len() > self.cfg.limits.alternatives {
@@ -878,6 +854,73 @@ impl<'a> Builder<'a> {
             }
             branches[i] = Rc::new(cur);
         }
+    }
+
+    /// Parts of `c` whose values all fail `y` (a subset of `c`; empty if none found).
+    fn narrow(&mut self, c: Typed, y: &Typed) -> Vec<Typed> {
+        if self.typed_disjoint(&c, y, 3) {
+            return vec![c];
+        }
+        let mut out = Vec::new();
+        for g in [T_NULL, T_BOOL, T_INT | T_NUM, T_STR, T_ARR, T_OBJ] {
+            if c.t & g == 0 {
+                continue;
+            }
+            let mut cg = c.clone();
+            cg.t &= g;
+            if self.typed_disjoint(&cg, y, 3) {
+                out.push(cg);
+                continue;
+            }
+            let mut cands = Vec::new();
+            if g == T_INT | T_NUM {
+                if y.lo > -BIG {
+                    let mut a = cg.clone();
+                    a.hi = a.hi.min(y.lo - 1);
+                    cands.push(a);
+                }
+                if y.hi < BIG {
+                    let mut a = cg.clone();
+                    a.lo = a.lo.max(y.hi + 1);
+                    cands.push(a);
+                }
+            } else if g == T_STR {
+                if let Some(m) = y.smax {
+                    let mut a = cg.clone();
+                    a.smin = a.smin.max(m + 1);
+                    cands.push(a);
+                }
+                if y.smin > 0 {
+                    let mut a = cg.clone();
+                    a.smax = min_opt(a.smax, Some(y.smin - 1));
+                    cands.push(a);
+                }
+            } else if g == T_OBJ {
+                // S1: omit a property y requires.
+                if let Some(p) = y.req.iter().find(|p| !cg.req.contains(p)).cloned() {
+                    let mut a = cg.clone();
+                    forbid(&mut a, &p);
+                    cands.push(a);
+                } else if y.extra.as_ref() == Some(&vec![FALSE_LOC]) && y.pprops.is_empty() {
+                    // S2: carry a property closed y does not list.
+                    for (q, k) in &cg.props {
+                        if *k != vec![FALSE_LOC] && !y.props.iter().any(|(r, _)| r == q) {
+                            let mut a = cg.clone();
+                            if !a.req.contains(q) {
+                                a.req.push(q.clone());
+                            }
+                            cands.push(a);
+                        }
+                    }
+                }
+            }
+            for a in cands {
+                if self.typed_disjoint(&a, y, 3) {
+                    out.push(a);
+                }
+            }
+        }
+        out
     }
 
     fn key_dnf(&mut self, k: &Key) -> Result<Vec<Typed>, CompileError> {
