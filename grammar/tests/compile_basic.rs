@@ -286,7 +286,7 @@ fn unsupported_and_lenient() {
     .unwrap();
     assert_eq!(a.relaxed().len(), 1);
     assert_eq!(a.relaxed()[0].pointer, "/properties/a/uniqueItems");
-    let msg = err(json!({"not": {"minLength": 3}})).to_string();
+    let msg = err(json!({"type": "string", "not": {"pattern": "a"}})).to_string();
     assert!(msg.contains("`not`") && msg.contains("/not"), "{msg}");
 }
 
@@ -377,5 +377,18 @@ fn format_on_non_strings_and_aliases() {
         json!({"type": "string", "format": "url"}),
         &["\"https://example.com/a\""],
         &["\"nope\""],
+    );
+}
+
+#[test]
+fn if_then_else_and_general_not() {
+    let s = json!({"type": "object", "properties": {"kind": {"enum": ["a", "b"]}, "n": {"type": "integer"}}, "required": ["kind"],
+        "if": {"properties": {"kind": {"const": "a"}}}, "then": {"required": ["n"]}, "else": {"not": {"required": ["n"]}}});
+    check(s, &["{\"kind\":\"a\",\"n\":1}"], &["{\"kind\":\"a\"}", "{\"kind\":\"b\",\"n\":1}"]);
+    // `not` with a range: only the part certainly outside it is produced.
+    check(
+        json!({"type": "integer", "not": {"minimum": 3, "maximum": 5}}),
+        &["2", "6"],
+        &["3", "5"],
     );
 }

@@ -521,6 +521,9 @@ impl<'a> Builder<'a> {
         let mut base = Typed::any();
         let mut conjs: Vec<Rc<Vec<Typed>>> = Vec::new();
         let mut one_ofs: Vec<(String, Vec<Rc<Vec<Typed>>>)> = Vec::new();
+        let mut nots: Vec<(String, Rc<Vec<Typed>>)> = Vec::new();
+        #[allow(clippy::type_complexity)]
+        let mut ifs: Vec<(String, Rc<Vec<Typed>>, Vec<Typed>, Vec<Typed>)> = Vec::new();
         let old_draft = matches!(self.draft, Draft::D4 | Draft::D6 | Draft::D7);
         if let Some(r) = m.get("$ref") {
             let r = r.as_str().ok_or_else(|| Self::invalid(&format!("{ptr}/$ref"), "not a string"))?;
@@ -730,7 +733,7 @@ impl<'a> Builder<'a> {
                         }
                         conjs.push(Rc::new(vec![a]));
                     } else {
-                        self.unsupported(k, &kp, "negation is not enforced")?;
+                        nots.push((kp.clone(), d));
                     }
                 }
                 "uniqueItems" => {
@@ -740,7 +743,23 @@ impl<'a> Builder<'a> {
                 }
                 "if" => {
                     if m.contains_key("then") || m.contains_key("else") {
-                        self.unsupported(k, &kp, "conditional schemas are not enforced")?;
+                        let l = self.loc_of(&kp);
+                        let d = self.dnf(l)?;
+                        let then = match m.get("then") {
+                            Some(_) => {
+                                let l = self.loc_of(&p("then"));
+                                (*self.dnf(l)?).clone()
+                            }
+                            None => vec![Typed::any()],
+                        };
+                        let els = match m.get("else") {
+                            Some(_) => {
+                                let l = self.loc_of(&p("else"));
+                                (*self.dnf(l)?).clone()
+                            }
+                            None => vec![Typed::any()],
+                        };
+                        ifs.push((kp.clone(), d, then, els));
                     }
                 }
                 "then" | "else" => {}
@@ -820,6 +839,28 @@ impl<'a> Builder<'a> {
             }
             conjs.push(Rc::new(narrowed.iter().flat_map(|b| b.iter().cloned()).collect()));
         }
+        // `not S`: the parts of the siblings that certainly fail every alternative of S.
+        for (kp, d) in nots {
+            let cur = self.fail_all(vec![base.clone()], &d);
+            if cur.is_empty() {
+                self.unsupported("not", &kp, "no part of the schema is certain to fail the negated schema")?;
+                continue;
+            }
+            conjs.push(Rc::new(cur));
+        }
+        // `if`/`then`/`else`: (if and then) or (certainly not if, and else).
+        for (kp, d, then, els) in ifs {
+            let a = self.conj(vec![base.clone()], &d, &kp)?;
+            let mut a = self.conj(a, &then, &kp)?;
+            let b = self.fail_all(vec![base.clone()], &d);
+            let b = self.conj(b, &els, &kp)?;
+            a.extend(b);
+            if a.is_empty() {
+                self.unsupported("if", &kp, "neither branch of the condition can be produced")?;
+                continue;
+            }
+            conjs.push(Rc::new(a));
+        }
         let mut acc = vec![base];
         for c in conjs {
             acc = self.conj(acc, &c, ptr)?;
@@ -854,6 +895,24 @@ impl<'a> Builder<'a> {
             }
             branches[i] = Rc::new(cur);
         }
+    }
+
+    fn fail_all(&mut self, mut cur: Vec<Typed>, d: &[Typed]) -> Vec<Typed> {
+        for y in d {
+            let mut next = Vec::new();
+            for c in cur {
+                next.extend(self.narrow(c, y));
+            }
+            cur = next;
+            if cur.len() > self.cfg.limits.alternatives {
+                return Vec::new();
+            }
+        }
+        cur
+    }
+
+    fn loc_of(&mut self, ptr: &str) -> u32 {
+        self.loc(ptr)
     }
 
     /// Parts of `c` whose values all fail `y` (a subset of `c`; empty if none found).
