@@ -1,1 +1,609 @@
-//! (being written)
+//! Loading a GGUF model and running it: the one place that turns a file into logits.
+//!
+//! `load(spec)` goes: spec -> file ([`crate::registry::resolve`]) -> checked GGUF header
+//! (magic, every tensor inside the file, a supported `general.architecture`) -> tokenizer
+//! from the GGUF metadata -> weights on the chosen device, behind [`LanguageModel`].
+//!
+//! Each check runs before the expensive step after it, so a bad file fails in milliseconds
+//! with one line that names the file and the field.
+//!
+//! ## Requantisation at load
+//! candle 0.11.1 has no SIMD kernel for Q4_1, Q5_0 and Q5_1 matmuls on x86 or ARM: they run
+//! scalar, about 4x slower than Q8_0. Those tensors are dequantised and quantised again to
+//! Q8_0 in memory while loading (Q8_0 keeps 8 bits per weight where they had 4-5, so this is
+//! near-lossless). SmolLM2 Q4_1 then decodes about 4x faster. [`LoadOptions::requantize`]
+//! turns it off.
+//!
+//! ## Threads
+//! candle's CPU pool takes `CANDLE_NUM_THREADS` (else `RAYON_NUM_THREADS`, else the number
+//! of physical cores), and its idle workers spin for `CANDLE_BARRIER_POOL_SPIN_LIMIT`
+//! iterations before sleeping. On a small machine shared with other work the spinning can
+//! slow decoding 30x; [`configure_threads`] sets the limit to 0 unless the user chose one.
+//! Both are read once, when candle first spawns its pool, so set them first.
+
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+use candle_core::{DType, Device, Tensor};
+use candle_transformers::models::quantized_llama;
+
+use crate::registry;
+use crate::tokenizer::GgufTokenizer;
+use crate::{ModelError, Result};
+
+/// Where the model runs: `--device auto|cpu|cuda|metal`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceChoice {
+    /// CUDA if this build has it and a GPU is present, else Metal likewise, else the CPU.
+    #[default]
+    Auto,
+    Cpu,
+    Cuda,
+    Metal,
+}
+
+impl FromStr for DeviceChoice {
+    type Err = ModelError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
+            "cpu" => Ok(Self::Cpu),
+            "cuda" | "gpu" => Ok(Self::Cuda),
+            "metal" => Ok(Self::Metal),
+            other => Err(ModelError::Device(format!(
+                "unknown device `{other}`: use auto, cpu, cuda or metal"
+            ))),
+        }
+    }
+}
+
+impl DeviceChoice {
+    /// The candle device, or a one-line error saying which build feature is missing.
+    pub fn device(self) -> Result<Device> {
+        match self {
+            Self::Cpu => Ok(Device::Cpu),
+            Self::Auto => {
+                if candle_core::utils::cuda_is_available() {
+                    if let Ok(d) = Device::new_cuda(0) {
+                        return Ok(d);
+                    }
+                }
+                if candle_core::utils::metal_is_available() {
+                    if let Ok(d) = Device::new_metal(0) {
+                        return Ok(d);
+                    }
+                }
+                Ok(Device::Cpu)
+            }
+            Self::Cuda => {
+                if !candle_core::utils::cuda_is_available() {
+                    return Err(ModelError::Device(
+                        "--device cuda: this build has no CUDA support; rebuild with `--features cuda`, or use --device cpu".into(),
+                    ));
+                }
+                Device::new_cuda(0).map_err(|e| {
+                    ModelError::Device(format!(
+                        "--device cuda: no usable GPU 0 ({e}); use --device cpu"
+                    ))
+                })
+            }
+            Self::Metal => {
+                if !candle_core::utils::metal_is_available() {
+                    return Err(ModelError::Device(
+                        "--device metal: this build has no Metal support; rebuild with `--features metal`, or use --device cpu".into(),
+                    ));
+                }
+                Device::new_metal(0).map_err(|e| {
+                    ModelError::Device(format!(
+                        "--device metal: no usable GPU 0 ({e}); use --device cpu"
+                    ))
+                })
+            }
+        }
+    }
+}
+
+/// Set candle's thread settings in this process before candle starts its pool: the
+/// number of threads when `threads` is given, and `CANDLE_BARRIER_POOL_SPIN_LIMIT=0`
+/// unless the environment already chose a value. Call it early, before other threads run.
+pub fn configure_threads(threads: Option<usize>) {
+    if std::env::var_os("CANDLE_BARRIER_POOL_SPIN_LIMIT").is_none() {
+        std::env::set_var("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0");
+    }
+    if let Some(n) = threads.filter(|&n| n > 0) {
+        std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
+        std::env::set_var("RAYON_NUM_THREADS", n.to_string());
+    }
+}
+
+/// A causal language model with a KV cache.
+pub trait LanguageModel: Send {
+    /// Feed `tokens` at positions pos..pos+len; return the logits (f32, len = vocab) of the LAST position.
+    ///
+    /// `pos` is 0 (start over, dropping the cache) or the number of positions already fed.
+    fn forward(&mut self, tokens: &[u32], pos: usize) -> crate::Result<Vec<f32>>;
+    fn vocab_size(&self) -> usize;
+    fn clear_kv_cache(&mut self);
+    /// A cheap copy of the model including its current KV cache (weights shared); used to reuse a prompt prefix across records.
+    fn snapshot(&self) -> Box<dyn LanguageModel>;
+}
+
+/// A model ready to run, with the tokenizer from the same file.
+pub struct LoadedModel {
+    pub model: Box<dyn LanguageModel>,
+    pub tokenizer: crate::tokenizer::GgufTokenizer,
+    /// `general.architecture`: `llama` or `gemma3`.
+    pub arch: String,
+    /// The registry name, the file stem, or the Hugging Face repo id.
+    pub name: String,
+    pub path: PathBuf,
+    pub device: candle_core::Device,
+    /// The most positions one sequence may use (prompt and output together).
+    pub context_length: usize,
+}
+
+impl std::fmt::Debug for LoadedModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedModel")
+            .field("arch", &self.arch)
+            .field("name", &self.name)
+            .field("path", &self.path)
+            .field("device", &self.device)
+            .field("context_length", &self.context_length)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How to load a model.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadOptions {
+    pub device: DeviceChoice,
+    /// Requantise Q4_1 / Q5_0 / Q5_1 tensors to Q8_0 at load (see the module doc).
+    pub requantize: bool,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            device: DeviceChoice::Auto,
+            requantize: true,
+        }
+    }
+}
+
+/// Load `spec` (a registry name, a path to a `.gguf` file, or a Hugging Face repo id in the
+/// local hf-hub cache) onto `device`.
+pub fn load(spec: &str, device: DeviceChoice) -> crate::Result<LoadedModel> {
+    load_with(
+        spec,
+        LoadOptions {
+            device,
+            ..LoadOptions::default()
+        },
+    )
+}
+
+/// [`load`] with every option.
+pub fn load_with(spec: &str, options: LoadOptions) -> Result<LoadedModel> {
+    let resolved = registry::resolve(spec)?;
+    load_file(&resolved.path, &resolved.name, options)
+}
+
+/// The architectures [`load`] runs.
+pub const SUPPORTED_ARCHS: &[&str] = &["llama", "gemma3"];
+
+/// Load a GGUF file by path; `name` is what messages call it.
+pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<LoadedModel> {
+    let file_err = |msg: String| ModelError::File {
+        path: path.to_path_buf(),
+        msg,
+    };
+    let mut gguf = GgufFile::open(path)?;
+    let arch = gguf.architecture()?;
+    if !SUPPORTED_ARCHS.contains(&arch.as_str()) {
+        return Err(ModelError::UnsupportedArch {
+            arch,
+            path: path.to_path_buf(),
+        });
+    }
+    // The tokenizer comes before the weights: it is cheap and names the missing key.
+    let tokenizer = GgufTokenizer::from_gguf(&gguf.content).map_err(|e| file_err(one_line(&e)))?;
+    let device = options.device.device()?;
+    if options.requantize {
+        gguf.requantize_slow_tensors()?;
+    }
+    let context_length = gguf.context_length(&arch);
+    let (model, context_length): (Box<dyn LanguageModel>, usize) = match arch.as_str() {
+        "llama" => {
+            let vocab = gguf.vocab_rows("output.weight", "token_embd.weight")?;
+            let weights =
+                quantized_llama::ModelWeights::from_gguf(gguf.content, &mut gguf.reader, &device)
+                    .map_err(|e| file_err(format!("loading llama weights: {}", one_line(&e))))?;
+            let ctx = context_length
+                .unwrap_or(quantized_llama::MAX_SEQ_LEN)
+                .min(quantized_llama::MAX_SEQ_LEN);
+            (
+                Box::new(CandleModel::new(weights, vocab, ctx, device.clone())),
+                ctx,
+            )
+        }
+        // Our own Gemma 3 model (models/src/gemma3.rs) is not wired in yet.
+        _ => {
+            return Err(ModelError::UnsupportedArch {
+                arch,
+                path: path.to_path_buf(),
+            })
+        }
+    };
+    Ok(LoadedModel {
+        model,
+        tokenizer,
+        arch,
+        name: name.to_string(),
+        path: path.to_path_buf(),
+        device,
+        context_length,
+    })
+}
+
+/// What a candle model file offers: the shape every candle model file shares.
+trait Weights: Clone + Send + 'static {
+    fn forward(&mut self, input: &Tensor, index_pos: usize) -> candle_core::Result<Tensor>;
+    fn clear_kv_cache(&mut self);
+}
+
+impl Weights for quantized_llama::ModelWeights {
+    fn forward(&mut self, input: &Tensor, index_pos: usize) -> candle_core::Result<Tensor> {
+        quantized_llama::ModelWeights::forward(self, input, index_pos)
+    }
+    fn clear_kv_cache(&mut self) {
+        quantized_llama::ModelWeights::clear_kv_cache(self)
+    }
+}
+
+/// A candle model file behind [`LanguageModel`], tracking how many positions its cache holds.
+#[derive(Clone)]
+struct CandleModel<W: Weights> {
+    weights: W,
+    vocab: usize,
+    context_length: usize,
+    device: Device,
+    /// Positions in the KV cache.
+    cached: usize,
+}
+
+impl<W: Weights> CandleModel<W> {
+    fn new(weights: W, vocab: usize, context_length: usize, device: Device) -> Self {
+        Self {
+            weights,
+            vocab,
+            context_length,
+            device,
+            cached: 0,
+        }
+    }
+}
+
+fn forward_err(msg: String) -> ModelError {
+    ModelError::Candle(candle_core::Error::Msg(msg))
+}
+
+impl<W: Weights> LanguageModel for CandleModel<W> {
+    fn forward(&mut self, tokens: &[u32], pos: usize) -> Result<Vec<f32>> {
+        if tokens.is_empty() {
+            return Err(forward_err(format!("forward at position {pos}: no tokens")));
+        }
+        let end = pos + tokens.len();
+        if end > self.context_length {
+            return Err(forward_err(format!(
+                "forward of {} tokens at position {pos} reaches position {end}, past the context length {}; shorten the prompt or --max-tokens",
+                tokens.len(),
+                self.context_length
+            )));
+        }
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= self.vocab) {
+            return Err(forward_err(format!(
+                "token id {bad} is out of range for a vocabulary of {}",
+                self.vocab
+            )));
+        }
+        if pos != 0 && pos != self.cached {
+            return Err(forward_err(format!(
+                "forward at position {pos}: the KV cache holds {} positions; pass pos 0 to start over or {} to continue",
+                self.cached, self.cached
+            )));
+        }
+        if pos == 0 {
+            self.weights.clear_kv_cache();
+            self.cached = 0;
+        }
+        let input = Tensor::new(tokens, &self.device)?.unsqueeze(0)?;
+        let logits = match self.weights.forward(&input, pos) {
+            Ok(l) => l,
+            Err(e) => {
+                // Some layers may have grown their cache: start clean rather than half-updated.
+                self.clear_kv_cache();
+                return Err(e.into());
+            }
+        };
+        self.cached = end;
+        let logits = logits
+            .flatten_all()?
+            .to_dtype(DType::F32)?
+            .to_vec1::<f32>()?;
+        Ok(logits)
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+
+    fn clear_kv_cache(&mut self) {
+        self.weights.clear_kv_cache();
+        self.cached = 0;
+    }
+
+    fn snapshot(&self) -> Box<dyn LanguageModel> {
+        Box::new(self.clone())
+    }
+}
+
+/// An opened GGUF file: the parsed header and a reader over the tensor data.
+struct GgufFile {
+    path: PathBuf,
+    content: gguf_file::Content,
+    reader: SplicedReader,
+}
+
+const GGUF_MAGIC: &[u8; 4] = b"GGUF";
+
+impl GgufFile {
+    /// Open and check: the magic, the header, and that every tensor lies inside the file.
+    fn open(path: &Path) -> Result<Self> {
+        let err = |msg: String| ModelError::File {
+            path: path.to_path_buf(),
+            msg,
+        };
+        let file = File::open(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                err("no such file; check the path, or fetch a registry model with `formwork models fetch`".into())
+            } else {
+                err(format!("cannot open: {e}"))
+            }
+        })?;
+        let len = file
+            .metadata()
+            .map_err(|e| err(format!("cannot stat: {e}")))?
+            .len();
+        let mut reader = BufReader::new(file);
+        let mut magic = [0u8; 4];
+        if len < 8 || reader.read_exact(&mut magic).is_err() {
+            return Err(err(format!(
+                "not a GGUF file: {len} bytes, shorter than a GGUF header; pass a .gguf model file"
+            )));
+        }
+        if &magic != GGUF_MAGIC {
+            return Err(err(format!(
+                "not a GGUF file: it starts with bytes {:02x?}, a GGUF file starts with \"GGUF\"; pass a .gguf model file",
+                magic
+            )));
+        }
+        reader
+            .seek(SeekFrom::Start(0))
+            .map_err(|e| err(e.to_string()))?;
+        let content = gguf_file::Content::read(&mut reader).map_err(|e| {
+            err(format!(
+                "the GGUF header cannot be read ({}); the file is truncated or corrupt, download it again",
+                one_line(&e)
+            ))
+        })?;
+        // Every tensor must lie inside the file: a truncated download fails here, not mid-load.
+        let mut need = content.tensor_data_offset;
+        let mut last = String::new();
+        for (name, info) in &content.tensor_infos {
+            let block = info.ggml_dtype.block_size();
+            let size = (info.shape.elem_count() / block * info.ggml_dtype.type_size()) as u64;
+            let end = content.tensor_data_offset + info.offset + size;
+            if end > need {
+                need = end;
+                last = name.clone();
+            }
+        }
+        if need > len {
+            return Err(err(format!(
+                "truncated: tensor `{last}` ends at byte {need} but the file has {len} bytes; download it again"
+            )));
+        }
+        Ok(Self {
+            path: path.to_path_buf(),
+            content,
+            reader: SplicedReader::new(reader.into_inner(), len),
+        })
+    }
+
+    fn architecture(&self) -> Result<String> {
+        const KEY: &str = "general.architecture";
+        match self.content.metadata.get(KEY) {
+            None => Err(ModelError::File {
+                path: self.path.clone(),
+                msg: format!("GGUF metadata `{KEY}` is missing; the file is not a model, or was written by an old converter"),
+            }),
+            Some(v) => v.to_string().cloned().map_err(|_| ModelError::File {
+                path: self.path.clone(),
+                msg: format!("GGUF metadata `{KEY}` is not a string"),
+            }),
+        }
+    }
+
+    fn context_length(&self, arch: &str) -> Option<usize> {
+        self.content
+            .metadata
+            .get(&format!("{arch}.context_length"))
+            .and_then(|v| v.to_u64().ok())
+            .map(|v| v as usize)
+    }
+
+    /// The number of rows (the vocabulary) of the output matrix, or of the tied embedding.
+    fn vocab_rows(&self, output: &str, embedding: &str) -> Result<usize> {
+        let info = self
+            .content
+            .tensor_infos
+            .get(output)
+            .or_else(|| self.content.tensor_infos.get(embedding))
+            .ok_or_else(|| ModelError::File {
+                path: self.path.clone(),
+                msg: format!("GGUF tensor `{embedding}` is missing"),
+            })?;
+        Ok(info.shape.dims()[0])
+    }
+
+    /// Requantise the tensors candle has no SIMD kernel for (Q4_1, Q5_0, Q5_1) to Q8_0.
+    /// The new data goes after the end of the file in [`SplicedReader`], and the tensor
+    /// infos are pointed at it, so the model file's own loader reads Q8_0 without knowing.
+    fn requantize_slow_tensors(&mut self) -> Result<usize> {
+        let mut names: Vec<String> = self
+            .content
+            .tensor_infos
+            .iter()
+            .filter(|(_, info)| needs_requant(info))
+            .map(|(name, _)| name.clone())
+            .collect();
+        names.sort();
+        let data_offset = self.content.tensor_data_offset;
+        for name in &names {
+            let info = self
+                .content
+                .tensor_infos
+                .get_mut(name)
+                .expect("listed above");
+            let err = |e: candle_core::Error| ModelError::File {
+                path: self.path.clone(),
+                msg: format!("requantising tensor `{name}` to Q8_0: {}", one_line(&e)),
+            };
+            let q = info
+                .read(&mut self.reader, data_offset, &Device::Cpu)
+                .map_err(err)?;
+            let f = q.dequantize(&Device::Cpu).map_err(err)?;
+            let q8 = QTensor::quantize(&f, GgmlDType::Q8_0).map_err(err)?;
+            let data = q8.data().map_err(err)?;
+            let at = self.reader.append(&data);
+            info.offset = at - data_offset;
+            info.ggml_dtype = GgmlDType::Q8_0;
+        }
+        Ok(names.len())
+    }
+}
+
+/// An error message on one line: candle's messages can end in a newline or carry a backtrace.
+fn one_line(e: &dyn std::fmt::Display) -> String {
+    let text = e.to_string();
+    let first = text.split("\nStack backtrace").next().unwrap_or("");
+    first.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn needs_requant(info: &gguf_file::TensorInfo) -> bool {
+    matches!(
+        info.ggml_dtype,
+        GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1
+    ) && info.shape.elem_count() % GgmlDType::Q8_0.block_size() == 0
+        && info
+            .shape
+            .dims()
+            .last()
+            .is_some_and(|d| d % GgmlDType::Q8_0.block_size() == 0)
+}
+
+/// The model file followed by an in-memory tail of requantised tensors, as one seekable stream.
+struct SplicedReader {
+    file: File,
+    file_len: u64,
+    tail: Vec<u8>,
+    pos: u64,
+}
+
+impl SplicedReader {
+    fn new(file: File, file_len: u64) -> Self {
+        Self {
+            file,
+            file_len,
+            tail: Vec::new(),
+            pos: 0,
+        }
+    }
+
+    /// Append `data` (32-byte aligned) and return its absolute offset in the stream.
+    fn append(&mut self, data: &[u8]) -> u64 {
+        let pad = (32 - (self.file_len + self.tail.len() as u64) % 32) % 32;
+        self.tail.extend(std::iter::repeat_n(0u8, pad as usize));
+        let at = self.file_len + self.tail.len() as u64;
+        self.tail.extend_from_slice(data);
+        at
+    }
+
+    fn len(&self) -> u64 {
+        self.file_len + self.tail.len() as u64
+    }
+}
+
+impl Read for SplicedReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.pos < self.file_len {
+            let want = buf.len().min((self.file_len - self.pos) as usize);
+            self.file.seek(SeekFrom::Start(self.pos))?;
+            let n = self.file.read(&mut buf[..want])?;
+            self.pos += n as u64;
+            Ok(n)
+        } else {
+            let at = (self.pos - self.file_len) as usize;
+            if at >= self.tail.len() {
+                return Ok(0);
+            }
+            let n = buf.len().min(self.tail.len() - at);
+            buf[..n].copy_from_slice(&self.tail[at..at + n]);
+            self.pos += n as u64;
+            Ok(n)
+        }
+    }
+}
+
+impl Seek for SplicedReader {
+    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+        let new = match to {
+            SeekFrom::Start(p) => p as i128,
+            SeekFrom::End(d) => self.len() as i128 + d as i128,
+            SeekFrom::Current(d) => self.pos as i128 + d as i128,
+        };
+        if new < 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "seek before the start of the stream",
+            ));
+        }
+        self.pos = new as u64;
+        Ok(self.pos)
+    }
+}
+
+/// Picks the next token from logits: greedy at temperature 0, else softmax sampling with
+/// an optional nucleus (top-p) cut. candle's `LogitsProcessor`, behind a slice API so that
+/// callers need not know candle.
+pub struct Sampler {
+    inner: candle_transformers::generation::LogitsProcessor,
+}
+
+impl Sampler {
+    pub fn new(seed: u64, temperature: f64, top_p: Option<f64>) -> Self {
+        let temperature = (temperature > 0.0).then_some(temperature);
+        Self {
+            inner: candle_transformers::generation::LogitsProcessor::new(seed, temperature, top_p),
+        }
+    }
+
+    pub fn sample(&mut self, logits: &[f32]) -> Result<u32> {
+        let logits = Tensor::new(logits, &Device::Cpu)?;
+        Ok(self.inner.sample(&logits)?)
+    }
+}
