@@ -1,0 +1,102 @@
+//! Load time, peak RSS, prefill and decode speed of the Gemma 3 270M model.
+//! A measurement, not a timed test: it asserts nothing about speed and is ignored
+//! by default. Run it alone, once per thread count:
+//!
+//! ```text
+//! CANDLE_BARRIER_POOL_SPIN_LIMIT=0 RAYON_NUM_THREADS=1 \
+//!   cargo test --release -p formwork-models --test gemma3_perf -- --ignored --nocapture
+//! ```
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use candle_core::quantized::gguf_file;
+use candle_core::{Device, Tensor};
+use formwork_models::gemma3::{ModelWeights, Options};
+
+fn model_path() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("FORMWORK_GEMMA3_GGUF") {
+        return Some(PathBuf::from(p));
+    }
+    let home = match std::env::var_os("FORMWORK_HOME") {
+        Some(h) => PathBuf::from(h),
+        None => PathBuf::from(std::env::var_os("HOME")?).join(".cache/formwork"),
+    };
+    let p = home.join("models/gemma3-270m/gemma-3-270m-q4_k_m.gguf");
+    p.exists().then_some(p)
+}
+
+/// Peak resident set size of this process in MiB (`VmHWM`), Linux only.
+fn peak_rss_mib() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+fn argmax(logits: &Tensor) -> u32 {
+    let v: Vec<f32> = logits.to_vec1().unwrap();
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+#[test]
+#[ignore = "measurement: run with --ignored --nocapture"]
+fn gemma3_load_prefill_decode() {
+    let Some(path) = model_path() else {
+        eprintln!("SKIPPED: Gemma 3 GGUF not found; run `formwork models fetch gemma3-270m` or set FORMWORK_GEMMA3_GGUF");
+        return;
+    };
+    let requantize = std::env::var("FORMWORK_GEMMA3_REQUANTIZE").as_deref() != Ok("0");
+    let threads = candle_core::utils::get_num_threads();
+    let t0 = Instant::now();
+    let mut f = std::fs::File::open(&path).unwrap();
+    let ct = gguf_file::Content::read(&mut f).unwrap();
+    let opts = Options {
+        requantize,
+        ..Options::default()
+    };
+    let mut m = ModelWeights::from_gguf_with(ct, &mut f, &Device::Cpu, &opts).unwrap();
+    let load = t0.elapsed().as_secs_f64();
+    let rss_load = peak_rss_mib().unwrap_or(f64::NAN);
+
+    // A 128-token prompt of ordinary text-like ids (any ids measure the same work).
+    let prompt: Vec<u32> = std::iter::once(2u32)
+        .chain((0..127).map(|i| 1000 + (i * 7919) % 20000))
+        .collect();
+    let input = Tensor::new(prompt.as_slice(), &Device::Cpu)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    // Warm-up (thread pool, allocations), then the measured prefill.
+    m.forward(&input.narrow(1, 0, 8).unwrap(), 0).unwrap();
+    m.clear_kv_cache();
+    let t1 = Instant::now();
+    let mut logits = m.forward(&input, 0).unwrap();
+    let prefill = t1.elapsed().as_secs_f64();
+
+    let n_decode = 64;
+    let t2 = Instant::now();
+    for i in 0..n_decode {
+        let t = argmax(&logits);
+        let x = Tensor::new(&[t], &Device::Cpu)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        logits = m.forward(&x, prompt.len() + i).unwrap();
+    }
+    let decode = t2.elapsed().as_secs_f64();
+    eprintln!(
+        "gemma3-270m threads={threads} requantize={requantize}: load {load:.2} s (peak RSS {rss_load:.0} MiB), \
+         prefill {} tok in {prefill:.2} s = {:.1} tok/s, decode {n_decode} tok = {:.1} tok/s, peak RSS {:.0} MiB",
+        prompt.len(),
+        prompt.len() as f64 / prefill,
+        n_decode as f64 / decode,
+        peak_rss_mib().unwrap_or(f64::NAN)
+    );
+}
