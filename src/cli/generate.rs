@@ -1,10 +1,198 @@
-//! `formwork generate`: owned by the generate work; replaced as it lands.
+//! `formwork generate`: plain text generation, no constraint.
+//!
+//! prompt (+ system) -> the model's own chat template when the GGUF has one, else the raw
+//! prompt -> token ids (BOS first when the file asks for it) -> one prefill forward -> sample,
+//! print, forward one token, until EOS or `--max-tokens`. Output streams through
+//! `TokenStream`, so a character split over several tokens prints once, whole.
 
+use std::io::Write;
 use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context;
+use formwork_models::chat::{render_chat, ChatMessage};
+use formwork_models::registry::DEFAULT_MODEL;
+use formwork_models::runtime::{self, DeviceChoice, Sampler};
+use formwork_models::tokenizer::TokenStream;
 
 #[derive(clap::Args, Debug)]
-pub struct GenerateArgs {}
+pub struct GenerateArgs {
+    /// The user's prompt.
+    #[arg(long)]
+    pub prompt: String,
+    /// A system message (only for models with a chat template).
+    #[arg(long)]
+    pub system: Option<String>,
+    /// A registry name (see `formwork models list`), a path to a .gguf file, or a Hugging
+    /// Face repo id (`org/name` or `org/name:FILE.gguf`) already in the local hf-hub cache.
+    #[arg(long, default_value = DEFAULT_MODEL)]
+    pub model: String,
+    /// The most tokens to generate.
+    #[arg(long, default_value_t = 256)]
+    pub max_tokens: usize,
+    /// Sampling temperature; 0 picks the most likely token every time (greedy).
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f64,
+    /// Nucleus sampling: keep the smallest set of tokens whose probability reaches P.
+    #[arg(long)]
+    pub top_p: Option<f64>,
+    /// Seed of the sampler (the output is reproducible for a given seed).
+    #[arg(long, default_value_t = 299792458)]
+    pub seed: u64,
+    /// Where to run: auto, cpu, cuda or metal (cuda and metal need the build feature).
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+    /// CPU threads (default: CANDLE_NUM_THREADS, else one per physical core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Print load time, prefill and decode tokens/s to stderr.
+    #[arg(long)]
+    pub verbose: bool,
+    /// Keep generating past EOS until --max-tokens (for benchmarks: a fixed decode length).
+    #[arg(long)]
+    pub ignore_eos: bool,
+}
 
-pub fn run(_args: GenerateArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`formwork generate` is not built yet")
+pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
+    // Before candle starts its thread pool.
+    runtime::configure_threads(args.threads);
+    let device: DeviceChoice = args.device.parse()?;
+    if !(args.temperature >= 0.0) {
+        anyhow::bail!("--temperature {}: must be 0 or more", args.temperature);
+    }
+    if let Some(p) = args.top_p {
+        if !(p > 0.0 && p <= 1.0) {
+            anyhow::bail!("--top-p {p}: must be in (0, 1]");
+        }
+    }
+
+    let t_load = Instant::now();
+    let mut loaded = runtime::load(&args.model, device)?;
+    let load_s = t_load.elapsed().as_secs_f64();
+    let tok = &loaded.tokenizer;
+
+    let text = match tok.chat_template() {
+        Some(template) => {
+            let mut messages = Vec::new();
+            if let Some(system) = &args.system {
+                messages.push(ChatMessage {
+                    role: "system".into(),
+                    content: system.clone(),
+                });
+            }
+            messages.push(ChatMessage {
+                role: "user".into(),
+                content: args.prompt.clone(),
+            });
+            let bos = tok.bos_id().and_then(|id| tok.token_text(id)).unwrap_or("");
+            let eos = tok
+                .eos_ids()
+                .first()
+                .and_then(|&id| tok.token_text(id))
+                .unwrap_or("");
+            render_chat(template, &messages, true, bos, eos).with_context(|| {
+                format!("rendering the chat template of {}", loaded.path.display())
+            })?
+        }
+        None => {
+            eprintln!(
+                "note: {} has no chat template (a base model): using the raw prompt{}",
+                loaded.name,
+                if args.system.is_some() {
+                    "; --system is ignored"
+                } else {
+                    ""
+                }
+            );
+            args.prompt.clone()
+        }
+    };
+    let mut ids = Vec::new();
+    if tok.add_bos() {
+        if let Some(bos) = tok.bos_id() {
+            // A template that writes the BOS text itself already produced it.
+            if !text.starts_with(tok.token_text(bos).unwrap_or("\u{0}")) {
+                ids.push(bos);
+            }
+        }
+    }
+    ids.extend(tok.encode(&text)?);
+    if ids.is_empty() {
+        anyhow::bail!("--prompt: the prompt is empty after tokenisation; give some text");
+    }
+    if ids.len() >= loaded.context_length {
+        anyhow::bail!(
+            "--prompt: {} tokens, the context length of {} is {}; shorten the prompt",
+            ids.len(),
+            loaded.name,
+            loaded.context_length
+        );
+    }
+    let max_tokens = args.max_tokens.min(loaded.context_length - ids.len());
+
+    let mut sampler = Sampler::new(args.seed, args.temperature, args.top_p);
+    let mut stream = TokenStream::new(tok);
+    let eos = tok.eos_ids().to_vec();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+
+    let t_prefill = Instant::now();
+    let mut logits = loaded.model.forward(&ids, 0)?;
+    let prefill_s = t_prefill.elapsed().as_secs_f64();
+    let mut pos = ids.len();
+
+    let t_decode = Instant::now();
+    let mut generated = 0usize;
+    let mut decode_forwards = 0usize;
+    while generated < max_tokens {
+        let next = sampler.sample(&logits)?;
+        generated += 1;
+        if eos.contains(&next) && !args.ignore_eos {
+            break;
+        }
+        if !tok.is_special(next) {
+            if let Some(s) = stream.push(next) {
+                out.write_all(s.as_bytes())?;
+                out.flush()?;
+            }
+        }
+        if generated == max_tokens {
+            break;
+        }
+        logits = loaded.model.forward(&[next], pos)?;
+        decode_forwards += 1;
+        pos += 1;
+    }
+    if let Some(s) = stream.finish() {
+        out.write_all(s.as_bytes())?;
+    }
+    out.write_all(b"\n")?;
+    out.flush()?;
+    let decode_s = t_decode.elapsed().as_secs_f64();
+
+    if args.verbose {
+        let per_s = |n: usize, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
+        eprintln!(
+            "model {} ({}, {}) loaded in {:.2} s on {:?}",
+            loaded.name,
+            loaded.arch,
+            loaded.path.display(),
+            load_s,
+            loaded.device
+        );
+        eprintln!(
+            "prefill: {} tokens in {:.3} s = {:.1} tok/s",
+            ids.len(),
+            prefill_s,
+            per_s(ids.len(), prefill_s)
+        );
+        eprintln!(
+            "decode: {} tokens ({} forwards) in {:.3} s = {:.1} tok/s",
+            generated,
+            decode_forwards,
+            decode_s,
+            per_s(decode_forwards, decode_s)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }

