@@ -177,6 +177,7 @@ fn fixtures_and_regressions() {
 }
 
 #[test]
+#[ignore = "slow (about 7 min in release at 3 walks per schema) and a JsonSchemaStore schema can stall the compiler past its deadline; run: cargo test --release -p formwork-grammar --test soundness_bytes -- --ignored"]
 fn jsonschemabench() {
     let dir = shared().join("data/jsonschemabench");
     if !dir.is_dir() {
