@@ -377,7 +377,7 @@ impl GgufTokenizer {
             .unwrap_or(family == Family::SentencePiece);
         let chat_template = meta.string("tokenizer.chat_template")?.map(str::to_string);
 
-        let owned_vocab = || -> HashMap<String, u32> {
+        let owned_vocab = || -> tokenizers::models::bpe::Vocab {
             tokens
                 .iter()
                 .enumerate()
