@@ -8,7 +8,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod bench;
 pub mod compile;
+pub mod extract;
 pub mod generate;
 pub mod models;
 pub mod validate;
@@ -30,6 +32,10 @@ pub enum Command {
     Validate(validate::ValidateArgs),
     /// Compile a schema into a token automaton; report size, time or the unsupported keyword.
     Compile(compile::CompileArgs),
+    /// Extract a validated JSON value from a document (or a JSONL batch).
+    Extract(extract::ExtractArgs),
+    /// Measure masked against free decoding on a labelled dataset.
+    Bench(bench::BenchArgs),
 }
 
 /// Parse the command line and run the subcommand.
@@ -40,5 +46,7 @@ pub fn main() -> anyhow::Result<ExitCode> {
         Command::Models(a) => models::run(a),
         Command::Validate(a) => validate::run(a),
         Command::Compile(a) => compile::run(a),
+        Command::Extract(a) => extract::run(a),
+        Command::Bench(a) => bench::run(a),
     }
 }

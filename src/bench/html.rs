@@ -1,0 +1,173 @@
+//! A self-contained HTML report (inline SVG, no script, no network): per-field
+//! accuracy by mode, validity by mode, latency distributions, tokens per record.
+
+use std::fmt::Write;
+
+use super::{BenchMode, Report};
+
+const COLORS: [&str; 4] = ["#2b6cb0", "#dd6b20", "#38a169", "#805ad5"];
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// Grouped horizontal bars: one group per label, one bar per series, values in 0..=1.
+fn grouped_bars(title: &str, labels: &[String], series: &[(String, Vec<f64>)]) -> String {
+    let bar_h = 12.0;
+    let group_h = bar_h * series.len() as f64 + 10.0;
+    let left = 230.0;
+    let width = 760.0;
+    let plot_w = width - left - 60.0;
+    let height = 40.0 + group_h * labels.len() as f64 + 30.0;
+    let mut s = format!(
+        r#"<figure><figcaption>{}</figcaption><svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" aria-label="{}">"#,
+        esc(title),
+        esc(title)
+    );
+    for (si, (name, _)) in series.iter().enumerate() {
+        let x = left + si as f64 * 140.0;
+        let _ = write!(
+            s,
+            r#"<rect x="{x}" y="8" width="12" height="12" fill="{}"/><text x="{}" y="18" font-size="12">{}</text>"#,
+            COLORS[si % COLORS.len()],
+            x + 16.0,
+            esc(name)
+        );
+    }
+    for (li, label) in labels.iter().enumerate() {
+        let y0 = 34.0 + li as f64 * group_h;
+        let _ = write!(s, r#"<text x="{}" y="{}" font-size="12" text-anchor="end">{}</text>"#, left - 6.0, y0 + group_h / 2.0, esc(label));
+        for (si, (_, vals)) in series.iter().enumerate() {
+            let v = vals.get(li).copied().unwrap_or(f64::NAN);
+            let w = if v.is_nan() { 0.0 } else { v.clamp(0.0, 1.0) * plot_w };
+            let y = y0 + si as f64 * bar_h;
+            let _ = write!(
+                s,
+                r#"<rect x="{left}" y="{y}" width="{w:.1}" height="{}" fill="{}"/><text x="{:.1}" y="{}" font-size="10">{}</text>"#,
+                bar_h - 2.0,
+                COLORS[si % COLORS.len()],
+                left + w + 4.0,
+                y + bar_h - 3.0,
+                if v.is_nan() { "–".to_string() } else { format!("{:.0}%", v * 100.0) }
+            );
+        }
+    }
+    let _ = write!(s, r##"<line x1="{left}" y1="30" x2="{left}" y2="{}" stroke="#444"/></svg></figure>"##, height - 20.0);
+    s
+}
+
+/// Overlaid histograms of `values` per series.
+fn histogram(title: &str, unit: &str, series: &[(String, Vec<f64>)]) -> String {
+    let all: Vec<f64> = series.iter().flat_map(|s| s.1.iter().copied()).filter(|v| v.is_finite()).collect();
+    let (lo, hi) = all.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
+    let (width, height, left, bottom) = (760.0, 260.0, 50.0, 40.0);
+    let mut s = format!(
+        r#"<figure><figcaption>{}</figcaption><svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" aria-label="{}">"#,
+        esc(title),
+        esc(title)
+    );
+    if all.is_empty() {
+        s.push_str(r#"<text x="20" y="40">no data</text></svg></figure>"#);
+        return s;
+    }
+    let bins = 20usize;
+    let span = if hi > lo { hi - lo } else { 1.0 };
+    let counts: Vec<Vec<usize>> = series
+        .iter()
+        .map(|(_, vs)| {
+            let mut c = vec![0usize; bins];
+            for &v in vs.iter().filter(|v| v.is_finite()) {
+                let b = (((v - lo) / span) * bins as f64).floor() as usize;
+                c[b.min(bins - 1)] += 1;
+            }
+            c
+        })
+        .collect();
+    let max = counts.iter().flatten().copied().max().unwrap_or(1).max(1) as f64;
+    let plot_w = width - left - 20.0;
+    let plot_h = height - bottom - 30.0;
+    let bw = plot_w / bins as f64;
+    for (si, c) in counts.iter().enumerate() {
+        let sub = bw / series.len() as f64;
+        for (b, &n) in c.iter().enumerate() {
+            let h = n as f64 / max * plot_h;
+            let x = left + b as f64 * bw + si as f64 * sub;
+            let _ = write!(
+                s,
+                r#"<rect x="{x:.1}" y="{:.1}" width="{:.1}" height="{h:.1}" fill="{}" fill-opacity="0.85"/>"#,
+                30.0 + plot_h - h,
+                (sub - 1.0).max(1.0),
+                COLORS[si % COLORS.len()]
+            );
+        }
+        let _ = write!(
+            s,
+            r#"<rect x="{}" y="8" width="12" height="12" fill="{}"/><text x="{}" y="18" font-size="12">{}</text>"#,
+            left + si as f64 * 140.0,
+            COLORS[si % COLORS.len()],
+            left + si as f64 * 140.0 + 16.0,
+            esc(&series[si].0)
+        );
+    }
+    let _ = write!(
+        s,
+        r##"<line x1="{left}" y1="{y}" x2="{}" y2="{y}" stroke="#444"/><text x="{left}" y="{}" font-size="11">{lo:.0} {unit}</text><text x="{}" y="{}" font-size="11" text-anchor="end">{hi:.0} {unit}</text><text x="8" y="40" font-size="11">{}</text></svg></figure>"##,
+        left + plot_w,
+        height - 22.0,
+        left + plot_w,
+        height - 22.0,
+        max as usize,
+        y = 30.0 + plot_h,
+    );
+    s
+}
+
+/// The whole page.
+pub fn render(r: &Report, markdown_table: &str) -> String {
+    let modes: Vec<BenchMode> = r.modes.clone();
+    let mut html = String::from(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>formwork bench</title>\
+         <style>body{font-family:system-ui,sans-serif;margin:24px;max-width:1000px}figure{margin:24px 0}\
+         figcaption{font-weight:600;margin-bottom:6px}pre{background:#f6f6f6;padding:12px;overflow:auto;font-size:12px}</style></head><body>",
+    );
+    let _ = write!(html, "<h1>formwork bench: {} on {}</h1>", esc(&r.model), esc(&r.dataset));
+    let _ = write!(
+        html,
+        "<p>{} modes, sampling {}, seed {}, max tokens {}, retries {}, strings compared {}.</p>",
+        modes.len(),
+        esc(&r.sampling),
+        r.seed,
+        r.max_tokens,
+        r.retries,
+        if r.exact_strings { "exactly" } else { "after trimming and case-folding" }
+    );
+    let mode_names: Vec<String> = modes.iter().map(|m| m.name().to_string()).collect();
+
+    // Validity by mode.
+    let labels = vec!["parses".to_string(), "schema-valid".into(), "semantic-valid".into(), "exact match".into(), "field accuracy".into()];
+    let series: Vec<(String, Vec<f64>)> = mode_names
+        .iter()
+        .filter_map(|m| r.overall.get(m).map(|x| (m.clone(), vec![x.parse_rate, x.schema_valid_rate, x.semantic_valid_rate, x.exact_match, x.field_accuracy])))
+        .collect();
+    html.push_str(&grouped_bars("Validity and accuracy by mode", &labels, &series));
+
+    // Per-field accuracy by mode.
+    let mut fields: Vec<String> = r.overall.values().flat_map(|x| x.per_field.keys().cloned()).collect();
+    fields.sort();
+    fields.dedup();
+    let series: Vec<(String, Vec<f64>)> = mode_names
+        .iter()
+        .filter_map(|m| r.overall.get(m).map(|x| (m.clone(), fields.iter().map(|f| x.per_field.get(f).copied().unwrap_or(f64::NAN)).collect())))
+        .collect();
+    html.push_str(&grouped_bars("Per-field accuracy by mode", &fields, &series));
+
+    // Latency and tokens.
+    let per_mode = |f: &dyn Fn(&super::RecordResult) -> f64| -> Vec<(String, Vec<f64>)> {
+        modes.iter().map(|&m| (m.name().to_string(), r.records.iter().filter(|x| x.mode == m).map(f).collect())).collect()
+    };
+    html.push_str(&histogram("Latency per record", "ms", &per_mode(&|x| x.ms as f64)));
+    html.push_str(&histogram("Tokens per record (generated + forced)", "tokens", &per_mode(&|x| (x.tokens_generated + x.tokens_forced) as f64)));
+
+    let _ = write!(html, "<h2>Table</h2><pre>{}</pre></body></html>\n", esc(markdown_table));
+    html
+}

@@ -1,0 +1,190 @@
+//! `formwork extract`: one document (or a JSONL batch) and a schema in, a
+//! validated JSON value out.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::batch::{self, BatchOptions};
+use crate::engine::{Engine, ExtractOptions, Mode, Schema, VerdictKind};
+use crate::sampling::Sampling;
+
+#[derive(clap::Args, Debug)]
+pub struct ExtractArgs {
+    /// The JSON Schema file (hand-written or Pydantic's `model_json_schema()`).
+    #[arg(long)]
+    pub schema: PathBuf,
+    /// The document: a file, or `-` for standard input.
+    #[arg(long, conflicts_with = "jsonl")]
+    pub input: Option<String>,
+    /// Batch input: one `{"id": ..., "text": ...}` per line.
+    #[arg(long, requires = "out")]
+    pub jsonl: Option<PathBuf>,
+    /// Batch output (appended per record; a rerun skips the ids already there).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Extra instructions added to the system message.
+    #[arg(long)]
+    pub instructions: Option<String>,
+    /// Registry name, path to a .gguf file, or a Hugging Face repo id.
+    #[arg(long, default_value = "smollm2-135m")]
+    pub model: String,
+    /// auto, cpu, cuda or metal.
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+    #[arg(long, value_enum, default_value = "masked")]
+    pub mode: Mode,
+    /// Token budget for the answer (masked mode steers to a valid ending within it).
+    #[arg(long, default_value_t = 512)]
+    pub max_tokens: usize,
+    /// Free mode: how many times to retry with the errors quoted.
+    #[arg(long, default_value_t = 2)]
+    pub retries: usize,
+    /// 0 (the default) is greedy.
+    #[arg(long)]
+    pub temperature: Option<f64>,
+    #[arg(long)]
+    pub top_p: Option<f64>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Per-record time limit in seconds; past it the verdict is `incomplete`.
+    #[arg(long)]
+    pub timeout: Option<f64>,
+    /// Print the result envelope (value, verdict, errors, counts) as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Mark a record for review when this JSON Pointer holds a non-empty value (repeatable).
+    #[arg(long = "review-field")]
+    pub review_fields: Vec<String>,
+    /// Write one JSON line per record (ids, verdicts, timings, token counts).
+    #[arg(long)]
+    pub log: Option<PathBuf>,
+    /// Also log the document text and the model output.
+    #[arg(long)]
+    pub log_content: bool,
+    /// Relax (and record) schema parts the grammar cannot enforce; the validator still checks them.
+    #[arg(long)]
+    pub lenient: bool,
+    /// Disable jump-forward (forced tokens are then sampled one by one).
+    #[arg(long)]
+    pub no_jump_forward: bool,
+    /// Do not show batch progress.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+pub fn read_schema(path: &Path) -> anyhow::Result<serde_json::Value> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("schema {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("schema {} is not JSON", path.display()))
+}
+
+fn read_input(input: &str) -> anyhow::Result<String> {
+    if input == "-" {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s).context("reading the document from standard input")?;
+        Ok(s)
+    } else {
+        std::fs::read_to_string(input).with_context(|| format!("document {input}"))
+    }
+}
+
+pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
+    let schema_value = read_schema(&a.schema)?;
+    let config = formwork_grammar::compile::Config { lenient: a.lenient, ..Default::default() };
+    let mut schema = Schema::new(schema_value)
+        .with_context(|| format!("schema {}", a.schema.display()))?
+        .with_config(config);
+    if a.mode == Mode::Masked {
+        // Fail before loading the model when the grammar cannot enforce the schema.
+        schema.grammar().map_err(|e| anyhow::anyhow!("schema {}: {e}", a.schema.display()))?;
+    }
+    let document = match (&a.input, &a.jsonl) {
+        (Some(i), _) => Some(read_input(i)?),
+        (None, None) => anyhow::bail!("give a document with --input FILE (or - for stdin), or a batch with --jsonl IN --out OUT"),
+        (None, Some(_)) => None,
+    };
+    let device = a.device.parse().map_err(|e| anyhow::anyhow!("--device: {e}"))?;
+    let loaded = crate::load_model(&a.model, device)?;
+    let mut engine = Engine::new(loaded);
+    if !engine.has_chat_template() {
+        eprintln!("note: model `{}` has no chat template; using a raw completion prompt", a.model);
+    }
+    let opts = ExtractOptions {
+        mode: a.mode,
+        max_tokens: a.max_tokens,
+        retries: a.retries,
+        sampling: Sampling::from_args(a.temperature, a.top_p),
+        seed: a.seed,
+        instructions: a.instructions.clone(),
+        timeout: a.timeout.map(Duration::from_secs_f64),
+        jump_forward: !a.no_jump_forward,
+        review_fields: a.review_fields.clone(),
+    };
+
+    if let Some(doc) = document {
+        let ex = engine.extract(&mut schema, &doc, &opts);
+        if a.json {
+            println!("{}", serde_json::to_string(&ex)?);
+        } else {
+            match ex.verdict {
+                VerdictKind::Valid => println!("{}", serde_json::to_string_pretty(ex.value.as_ref().expect("valid has a value"))?),
+                VerdictKind::SchemaInvalid | VerdictKind::SemanticInvalid => {
+                    eprintln!("{}", crate::validate::render_pydantic(schema.validator.title(), &ex.errors));
+                }
+                _ => eprintln!("{:?}: {}", ex.verdict, ex.message.as_deref().unwrap_or("")),
+            }
+            if ex.needs_review {
+                eprintln!("needs review: {}", ex.review_reasons.join("; "));
+            }
+        }
+        if ex.verdict == VerdictKind::Error {
+            anyhow::bail!("{}", ex.message.unwrap_or_default());
+        }
+        return Ok(ExitCode::from(ex.verdict.exit_code()));
+    }
+
+    let interrupted = Arc::new(AtomicBool::new(false));
+    {
+        let flag = interrupted.clone();
+        // First Ctrl-C: finish cleanly between records. Second: leave at once
+        // (the output is whole lines either way).
+        let _ = ctrlc::set_handler(move || {
+            if flag.swap(true, Ordering::SeqCst) {
+                std::process::exit(130);
+            }
+            eprintln!("interrupted: stopping after the current record; rerun the same command to resume");
+        });
+    }
+    let bopts = BatchOptions {
+        input: a.jsonl.clone().expect("checked above"),
+        output: a.out.clone().expect("clap requires --out with --jsonl"),
+        log: a.log.clone(),
+        log_content: a.log_content,
+        progress: !a.quiet,
+    };
+    let summary = batch::run(&mut engine, &mut schema, &opts, &bopts, interrupted)?;
+    eprintln!(
+        "batch: {} processed, {} already done, {} valid, {} invalid, {} errors{}",
+        summary.processed,
+        summary.skipped_done,
+        summary.valid,
+        summary.invalid,
+        summary.errors,
+        if summary.interrupted { " (interrupted; rerun to resume)" } else { "" }
+    );
+    if a.json {
+        println!("{}", serde_json::to_string(&summary)?);
+    }
+    Ok(ExitCode::from(if summary.interrupted || summary.errors > 0 {
+        2
+    } else if summary.invalid > 0 {
+        1
+    } else {
+        0
+    }))
+}

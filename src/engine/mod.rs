@@ -1,0 +1,471 @@
+//! The extraction engine: one document and one schema in, one validated value out.
+//!
+//! ```text
+//! schema JSON ──compile──▶ Arc<Grammar> (shared, masks cached across documents)
+//!      │                        │
+//!      └──▶ Validator           ▼
+//! document ─▶ prompt ─▶ tokens ─▶ prefill (shared prefix reused) ─▶ masked decode
+//!                                                    ─▶ text ─▶ Validator ─▶ Extraction
+//! ```
+//!
+//! Masked mode cannot produce text the grammar refuses; the validator checks it
+//! again anyway (defence in depth, and the semantic rules live there). Free mode
+//! is the baseline: generate, extract the first JSON value, validate, and retry
+//! with the exact errors quoted, up to `retries` times.
+
+pub mod decode;
+pub mod prompt;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use formwork_grammar::compile::{compile, CompileError, Config};
+use formwork_grammar::matcher::{Grammar, Matcher};
+use formwork_grammar::toktrie::TokTrie;
+use formwork_models::runtime::{LanguageModel, LoadedModel};
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::sampling::{Sampler, Sampling};
+use crate::validate::{render_pydantic, LineError, Validator, Verdict};
+use decode::{decode_free, decode_masked, DecodeOptions, DecodeOutput, Stop};
+
+/// Masked (the default) or free decoding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    Masked,
+    Free,
+}
+
+/// The outcome class of one extraction. The three failure kinds stay apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictKind {
+    Valid,
+    SchemaInvalid,
+    SemanticInvalid,
+    NotJson,
+    /// The token budget or the time limit ended the run first: no value is given.
+    Incomplete,
+    Error,
+}
+
+impl VerdictKind {
+    /// 0 valid, 1 produced but invalid (or incomplete), 2 error.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            VerdictKind::Valid => 0,
+            VerdictKind::Error => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// A schema ready for extraction: hashed, validated, and (for masked mode) compiled.
+pub struct Schema {
+    pub value: Value,
+    pub sha256: String,
+    pub validator: Validator,
+    grammar: Option<Arc<Grammar>>,
+    config: Config,
+}
+
+impl Schema {
+    /// Build the validator; the grammar is compiled on first masked use.
+    pub fn new(value: Value) -> anyhow::Result<Schema> {
+        let validator = Validator::new(&value)?;
+        let bytes = serde_json::to_vec(&value)?;
+        let sha256 = hex(&Sha256::digest(&bytes));
+        Ok(Schema { value, sha256, validator, grammar: None, config: Config::default() })
+    }
+
+    pub fn with_config(mut self, config: Config) -> Self {
+        self.config = config;
+        self.grammar = None;
+        self
+    }
+
+    /// The compiled grammar (compiled once, then shared).
+    pub fn grammar(&mut self) -> Result<Arc<Grammar>, CompileError> {
+        if let Some(g) = &self.grammar {
+            return Ok(g.clone());
+        }
+        let g = Grammar::new(compile(&self.value, &self.config)?);
+        self.grammar = Some(g.clone());
+        Ok(g)
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[derive(Clone, Debug)]
+pub struct ExtractOptions {
+    pub mode: Mode,
+    pub max_tokens: usize,
+    pub retries: usize,
+    pub sampling: Sampling,
+    pub seed: u64,
+    pub instructions: Option<String>,
+    pub timeout: Option<Duration>,
+    pub jump_forward: bool,
+    /// JSON Pointers whose non-empty value marks a record for review.
+    pub review_fields: Vec<String>,
+}
+
+impl Default for ExtractOptions {
+    fn default() -> Self {
+        Self {
+            mode: Mode::Masked,
+            max_tokens: 512,
+            retries: 2,
+            sampling: Sampling::Greedy,
+            seed: 0,
+            instructions: None,
+            timeout: None,
+            jump_forward: true,
+            review_fields: Vec::new(),
+        }
+    }
+}
+
+/// The result envelope of one extraction (what `--json` prints).
+#[derive(Clone, Debug, Serialize)]
+pub struct Extraction {
+    pub value: Option<Value>,
+    pub verdict: VerdictKind,
+    pub errors: Vec<LineError>,
+    /// A one-line message for `not_json`, `incomplete` and `error`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    pub attempts: usize,
+    pub tokens_prompt: usize,
+    pub tokens_generated: usize,
+    pub tokens_forced: usize,
+    pub forward_passes: usize,
+    pub ms: u64,
+    pub schema_sha256: String,
+    pub model: String,
+    pub mode: Mode,
+    pub needs_review: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub review_reasons: Vec<String>,
+    /// True when the budget steering shortened the output to stay valid.
+    pub cut_short: bool,
+    /// The raw text the model produced on the last attempt.
+    pub text: String,
+    #[serde(skip)]
+    pub mask_ns: Vec<u64>,
+    #[serde(skip)]
+    pub decode_ms: f64,
+}
+
+struct PrefixCache {
+    tokens: Vec<u32>,
+    model: Box<dyn LanguageModel>,
+}
+
+/// A loaded model plus what extraction shares across documents.
+pub struct Engine {
+    loaded: LoadedModel,
+    trie: Arc<TokTrie>,
+    prefix: Option<PrefixCache>,
+    /// Reuse the KV state of the prompt prefix shared by consecutive records.
+    pub reuse_prefix: bool,
+    /// Tokens fed from a reused prefix (for measuring the saving).
+    pub prefix_tokens_reused: usize,
+}
+
+impl Engine {
+    pub fn new(loaded: LoadedModel) -> Engine {
+        let tok = &loaded.tokenizer;
+        let bytes = tok.token_bytes().to_vec();
+        let special: Vec<bool> = (0..bytes.len() as u32).map(|i| tok.is_special(i)).collect();
+        let trie = Arc::new(TokTrie::new(bytes, &special, tok.eos_ids()));
+        Engine { loaded, trie, prefix: None, reuse_prefix: true, prefix_tokens_reused: 0 }
+    }
+
+    pub fn model(&self) -> &LoadedModel {
+        &self.loaded
+    }
+
+    pub fn trie(&self) -> &Arc<TokTrie> {
+        &self.trie
+    }
+
+    /// Does this model render a chat template (false: raw prompt)?
+    pub fn has_chat_template(&self) -> bool {
+        self.loaded.tokenizer.chat_template().is_some()
+    }
+
+    /// Extract one document. Errors of the model runtime become `verdict: error`.
+    pub fn extract(&mut self, schema: &mut Schema, document: &str, opts: &ExtractOptions) -> Extraction {
+        let started = Instant::now();
+        let mut ex = Extraction {
+            value: None,
+            verdict: VerdictKind::Error,
+            errors: Vec::new(),
+            message: None,
+            attempts: 0,
+            tokens_prompt: 0,
+            tokens_generated: 0,
+            tokens_forced: 0,
+            forward_passes: 0,
+            ms: 0,
+            schema_sha256: schema.sha256.clone(),
+            model: self.loaded.name.clone(),
+            mode: opts.mode,
+            needs_review: false,
+            review_reasons: Vec::new(),
+            cut_short: false,
+            text: String::new(),
+            mask_ns: Vec::new(),
+            decode_ms: 0.0,
+        };
+        let result = match opts.mode {
+            Mode::Masked => self.extract_masked(schema, document, opts, &mut ex),
+            Mode::Free => self.extract_free(schema, document, opts, &mut ex),
+        };
+        if let Err(e) = result {
+            ex.verdict = VerdictKind::Error;
+            ex.message = Some(format!("{e:#}"));
+            ex.value = None;
+        }
+        if let Some(v) = &ex.value {
+            ex.review_reasons = review_reasons(v, &opts.review_fields);
+            ex.needs_review = !ex.review_reasons.is_empty();
+        }
+        ex.ms = started.elapsed().as_millis() as u64;
+        ex
+    }
+
+    fn prompt_tokens(&self, messages: &[formwork_models::chat::ChatMessage]) -> anyhow::Result<Vec<u32>> {
+        let tok = &self.loaded.tokenizer;
+        let rendered = prompt::render(tok, messages)?;
+        let mut ids = tok.encode(&rendered.text)?;
+        if tok.add_bos() {
+            if let Some(bos) = tok.bos_id() {
+                if ids.first() != Some(&bos) {
+                    ids.insert(0, bos);
+                }
+            }
+        }
+        Ok(ids)
+    }
+
+    /// The number of leading tokens of `ids` that every document of this schema
+    /// shares: the longest common prefix with the same prompt for two dummy documents.
+    fn shared_prefix_len(&self, system: &str, ids: &[u32]) -> anyhow::Result<usize> {
+        let mut k = ids.len();
+        for dummy in ["A", "Z z"] {
+            let other = self.prompt_tokens(&[prompt::msg("system", system), prompt::msg("user", dummy)])?;
+            k = k.min(ids.iter().zip(&other).take_while(|(a, b)| a == b).count());
+        }
+        Ok(k)
+    }
+
+    /// Feed the prompt; returns the logits after its last token. Reuses the KV
+    /// state of a cached shared prefix when the prompt starts with it.
+    fn prefill(&mut self, ids: &[u32], shared: usize) -> anyhow::Result<Vec<f32>> {
+        anyhow::ensure!(!ids.is_empty(), "empty prompt");
+        if self.reuse_prefix {
+            if let Some(p) = &self.prefix {
+                if ids.len() > p.tokens.len() && ids.starts_with(&p.tokens) {
+                    let n = p.tokens.len();
+                    self.loaded.model = p.model.snapshot();
+                    self.prefix_tokens_reused += n;
+                    return Ok(self.loaded.model.forward(&ids[n..], n)?);
+                }
+            }
+        }
+        self.loaded.model.clear_kv_cache();
+        if self.reuse_prefix && shared > 0 && shared < ids.len() {
+            self.loaded.model.forward(&ids[..shared], 0)?;
+            self.prefix = Some(PrefixCache { tokens: ids[..shared].to_vec(), model: self.loaded.model.snapshot() });
+            return Ok(self.loaded.model.forward(&ids[shared..], shared)?);
+        }
+        Ok(self.loaded.model.forward(ids, 0)?)
+    }
+
+    fn decode_options(&self, opts: &ExtractOptions, started: Instant) -> DecodeOptions {
+        DecodeOptions {
+            max_tokens: opts.max_tokens,
+            jump_forward: opts.jump_forward,
+            deadline: opts.timeout.map(|t| started + t),
+        }
+    }
+
+    fn extract_masked(
+        &mut self,
+        schema: &mut Schema,
+        document: &str,
+        opts: &ExtractOptions,
+        ex: &mut Extraction,
+    ) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let grammar = schema.grammar()?;
+        let system = prompt::system_message(&schema.value, opts.instructions.as_deref());
+        let messages = [prompt::msg("system", system.clone()), prompt::msg("user", document)];
+        let ids = self.prompt_tokens(&messages)?;
+        let shared = self.shared_prefix_len(&system, &ids)?;
+        ex.tokens_prompt = ids.len();
+        ex.attempts = 1;
+        let logits = self.prefill(&ids, shared)?;
+        let mut matcher = Matcher::new(grammar, self.trie.clone());
+        let mut sampler = Sampler::new(opts.sampling.clone(), opts.seed);
+        let dopts = self.decode_options(opts, started);
+        let out = decode_masked(
+            self.loaded.model.as_mut(),
+            &self.loaded.tokenizer,
+            &mut matcher,
+            &mut sampler,
+            logits,
+            ids.len(),
+            &dopts,
+        )?;
+        let complete = matcher.is_accepting();
+        self.finish_attempt(schema, ex, &out, complete, false);
+        Ok(())
+    }
+
+    fn extract_free(
+        &mut self,
+        schema: &mut Schema,
+        document: &str,
+        opts: &ExtractOptions,
+        ex: &mut Extraction,
+    ) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let system = prompt::system_message(&schema.value, opts.instructions.as_deref());
+        let mut messages = vec![prompt::msg("system", system.clone()), prompt::msg("user", document)];
+        let mut sampler = Sampler::new(opts.sampling.clone(), opts.seed);
+        for attempt in 1..=opts.retries + 1 {
+            let ids = self.prompt_tokens(&messages)?;
+            let shared = self.shared_prefix_len(&system, &ids)?;
+            ex.tokens_prompt += ids.len();
+            ex.attempts = attempt;
+            let logits = self.prefill(&ids, shared)?;
+            let dopts = self.decode_options(opts, started);
+            let out = decode_free(self.loaded.model.as_mut(), &self.loaded.tokenizer, &mut sampler, logits, ids.len(), &dopts)?;
+            let timed_out = out.stop == Stop::Timeout;
+            self.finish_attempt(schema, ex, &out, true, true);
+            if ex.verdict == VerdictKind::Valid || timed_out || attempt > opts.retries {
+                break;
+            }
+            let feedback = match ex.verdict {
+                VerdictKind::NotJson | VerdictKind::Incomplete => format!(
+                    "{}\nThe answer must be a single JSON object.",
+                    ex.message.clone().unwrap_or_default()
+                ),
+                _ => render_pydantic(schema.validator.title(), &ex.errors),
+            };
+            messages.push(prompt::msg("assistant", ex.text.clone()));
+            messages.push(prompt::msg("user", prompt::retry_message(&feedback)));
+        }
+        Ok(())
+    }
+
+    /// Validate the text of one attempt and record it in `ex`.
+    fn finish_attempt(&self, schema: &Schema, ex: &mut Extraction, out: &DecodeOutput, complete: bool, tolerant: bool) {
+        ex.tokens_generated += out.stats.tokens_generated;
+        ex.tokens_forced += out.stats.tokens_forced;
+        ex.forward_passes += out.stats.forward_passes + 1;
+        ex.mask_ns.extend_from_slice(&out.stats.mask_ns);
+        ex.decode_ms += out.stats.decode_time.as_secs_f64() * 1000.0;
+        ex.cut_short = out.steered;
+        ex.text = String::from_utf8_lossy(&out.bytes).into_owned();
+        ex.errors.clear();
+        ex.message = None;
+        ex.value = None;
+        if !complete || out.stop == Stop::Timeout {
+            ex.verdict = VerdictKind::Incomplete;
+            ex.message = Some(match out.stop {
+                Stop::Timeout => "the time limit ended the run before the value was complete".into(),
+                _ => format!("the token budget ({} tokens) ended the run before the value was complete", out.tokens.len()),
+            });
+            return;
+        }
+        let candidate = if tolerant {
+            match crate::validate::extract_json(&ex.text) {
+                Some(found) => found.value_text.to_string(),
+                None => {
+                    ex.verdict = if out.stop == Stop::Budget || out.stop == Stop::Timeout {
+                        VerdictKind::Incomplete
+                    } else {
+                        VerdictKind::NotJson
+                    };
+                    ex.message = Some("no JSON object or array found in the model's answer".into());
+                    return;
+                }
+            }
+        } else {
+            ex.text.clone()
+        };
+        match schema.validator.check(&candidate) {
+            Verdict::Valid(v) => {
+                ex.verdict = VerdictKind::Valid;
+                ex.value = Some(v);
+            }
+            Verdict::NotJson(e) => {
+                ex.verdict = VerdictKind::NotJson;
+                ex.message = Some(e.to_string());
+            }
+            Verdict::SchemaInvalid(errs) => {
+                ex.verdict = VerdictKind::SchemaInvalid;
+                ex.errors = errs;
+            }
+            Verdict::SemanticInvalid(errs) => {
+                ex.verdict = VerdictKind::SemanticInvalid;
+                ex.errors = errs;
+            }
+        }
+    }
+}
+
+/// Why a valid value needs a human: every null in it (a valid value can only hold
+/// null where the schema makes the field nullable), and every named field that
+/// is present and non-empty.
+pub fn review_reasons(value: &Value, review_fields: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    fn walk(v: &Value, path: &mut String, out: &mut Vec<String>) {
+        match v {
+            Value::Null => out.push(format!("{} is null", if path.is_empty() { "/" } else { path })),
+            Value::Object(m) => {
+                for (k, x) in m {
+                    let len = path.len();
+                    path.push('/');
+                    path.push_str(&k.replace('~', "~0").replace('/', "~1"));
+                    walk(x, path, out);
+                    path.truncate(len);
+                }
+            }
+            Value::Array(a) => {
+                for (i, x) in a.iter().enumerate() {
+                    let len = path.len();
+                    path.push_str(&format!("/{i}"));
+                    walk(x, path, out);
+                    path.truncate(len);
+                }
+            }
+            _ => {}
+        }
+    }
+    walk(value, &mut String::new(), &mut out);
+    for f in review_fields {
+        let non_empty = match value.pointer(f) {
+            None | Some(Value::Null) => false,
+            Some(Value::Array(a)) => !a.is_empty(),
+            Some(Value::Object(o)) => !o.is_empty(),
+            Some(Value::String(s)) => !s.is_empty(),
+            Some(Value::Bool(b)) => *b,
+            Some(_) => true,
+        };
+        if non_empty {
+            out.push(format!("{f} is not empty"));
+        }
+    }
+    out
+}
