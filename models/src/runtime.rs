@@ -230,7 +230,17 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
                 ctx,
             )
         }
-        // Our own Gemma 3 model (models/src/gemma3.rs) is not wired in yet.
+        "gemma3" => {
+            let weights =
+                crate::gemma3::ModelWeights::from_gguf(gguf.content, &mut gguf.reader, &device)
+                    .map_err(|e| file_err(format!("loading gemma3 weights: {}", one_line(&e))))?;
+            let vocab = weights.config().vocab_size;
+            let ctx = weights.config().context_length;
+            (
+                Box::new(CandleModel::new(weights, vocab, ctx, device.clone())),
+                ctx,
+            )
+        }
         _ => {
             return Err(ModelError::UnsupportedArch {
                 arch,
@@ -261,6 +271,15 @@ impl Weights for quantized_llama::ModelWeights {
     }
     fn clear_kv_cache(&mut self) {
         quantized_llama::ModelWeights::clear_kv_cache(self)
+    }
+}
+
+impl Weights for crate::gemma3::ModelWeights {
+    fn forward(&mut self, input: &Tensor, index_pos: usize) -> candle_core::Result<Tensor> {
+        crate::gemma3::ModelWeights::forward(self, input, index_pos)
+    }
+    fn clear_kv_cache(&mut self) {
+        crate::gemma3::ModelWeights::clear_kv_cache(self)
     }
 }
 
