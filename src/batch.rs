@@ -50,10 +50,12 @@ pub fn done_ids(out: &Path) -> anyhow::Result<HashSet<String>> {
         return Ok(ids);
     };
     let mut buf = Vec::new();
-    f.read_to_end(&mut buf).with_context(|| format!("reading {}", out.display()))?;
+    f.read_to_end(&mut buf)
+        .with_context(|| format!("reading {}", out.display()))?;
     if !buf.is_empty() && *buf.last().unwrap() != b'\n' {
         let keep = buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-        f.set_len(keep as u64).with_context(|| format!("truncating the partial last line of {}", out.display()))?;
+        f.set_len(keep as u64)
+            .with_context(|| format!("truncating the partial last line of {}", out.display()))?;
         f.seek(SeekFrom::Start(keep as u64))?;
         buf.truncate(keep);
     }
@@ -83,12 +85,25 @@ fn parse_line(line: &str, lineno: usize) -> Result<(Value, String), (Value, Stri
     };
     let id = match v.get("id") {
         Some(id @ (Value::String(_) | Value::Number(_))) => id.clone(),
-        Some(_) => return Err((fallback_id, format!("input line {lineno}: field `id` must be a string or a number"))),
-        None => return Err((fallback_id, format!("input line {lineno}: missing field `id`"))),
+        Some(_) => {
+            return Err((
+                fallback_id,
+                format!("input line {lineno}: field `id` must be a string or a number"),
+            ))
+        }
+        None => {
+            return Err((
+                fallback_id,
+                format!("input line {lineno}: missing field `id`"),
+            ))
+        }
     };
     match v.get("text") {
         Some(Value::String(t)) => Ok((id, t.clone())),
-        Some(_) => Err((id, format!("input line {lineno}: field `text` must be a string"))),
+        Some(_) => Err((
+            id,
+            format!("input line {lineno}: field `text` must be a string"),
+        )),
         None => Err((id, format!("input line {lineno}: missing field `text`"))),
     }
 }
@@ -120,7 +135,8 @@ pub fn run(
     bopts: &BatchOptions,
     interrupted: Arc<AtomicBool>,
 ) -> anyhow::Result<BatchSummary> {
-    let input = File::open(&bopts.input).with_context(|| format!("opening input {}", bopts.input.display()))?;
+    let input = File::open(&bopts.input)
+        .with_context(|| format!("opening input {}", bopts.input.display()))?;
     let lines: Vec<String> = BufReader::new(input)
         .lines()
         .collect::<Result<_, _>>()
@@ -132,17 +148,34 @@ pub fn run(
         .open(&bopts.output)
         .with_context(|| format!("opening output {}", bopts.output.display()))?;
     let mut log = match &bopts.log {
-        Some(p) => Some(OpenOptions::new().create(true).append(true).open(p).with_context(|| format!("opening log {}", p.display()))?),
+        Some(p) => Some(
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .with_context(|| format!("opening log {}", p.display()))?,
+        ),
         None => None,
     };
     let run_id = format!(
         "{:x}-{:x}",
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0),
         std::process::id()
     );
 
-    let mut summary = BatchSummary { total_lines: lines.iter().filter(|l| !l.trim().is_empty()).count(), ..Default::default() };
-    let todo: Vec<(usize, &String)> = lines.iter().enumerate().filter(|(_, l)| !l.trim().is_empty()).map(|(i, l)| (i + 1, l)).collect();
+    let mut summary = BatchSummary {
+        total_lines: lines.iter().filter(|l| !l.trim().is_empty()).count(),
+        ..Default::default()
+    };
+    let todo: Vec<(usize, &String)> = lines
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| (i + 1, l))
+        .collect();
     let already = todo
         .iter()
         .filter(|(n, l)| match parse_line(l, *n) {
@@ -221,8 +254,10 @@ fn progress_bar(enabled: bool, total: u64) -> Progress {
     if std::io::stderr().is_terminal() {
         let bar = indicatif::ProgressBar::new(total);
         bar.set_style(
-            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} records  {per_sec}  ETA {eta}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            indicatif::ProgressStyle::with_template(
+                "{bar:30} {pos}/{len} records  {per_sec}  ETA {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         Progress::Bar(bar)
     } else {
@@ -237,7 +272,11 @@ impl Progress {
             Progress::Lines(total) => {
                 let secs = started.elapsed().as_secs_f64().max(1e-9);
                 let rate = done as f64 / secs;
-                let eta = if rate > 0.0 { (total.saturating_sub(done)) as f64 / rate } else { 0.0 };
+                let eta = if rate > 0.0 {
+                    (total.saturating_sub(done)) as f64 / rate
+                } else {
+                    0.0
+                };
                 eprintln!("progress: {done}/{total} records, {rate:.2} records/s, ETA {eta:.0}s");
             }
             Progress::Off => {}

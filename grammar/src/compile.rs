@@ -87,11 +87,19 @@ pub struct Relaxed {
 #[derive(Debug, thiserror::Error)]
 pub enum CompileError {
     #[error("unsupported keyword `{keyword}` at {pointer:?}: {why}")]
-    Unsupported { keyword: String, pointer: String, why: String },
+    Unsupported {
+        keyword: String,
+        pointer: String,
+        why: String,
+    },
     #[error("invalid schema at {pointer:?}: {msg}")]
     InvalidSchema { pointer: String, msg: String },
     #[error("limit exceeded: {what} {given} > {limit}")]
-    Limit { what: &'static str, given: usize, limit: usize },
+    Limit {
+        what: &'static str,
+        given: usize,
+        limit: usize,
+    },
     #[error("schema at {pointer:?} has no valid instance the grammar can produce")]
     Empty { pointer: String },
 }
@@ -129,10 +137,16 @@ pub fn compile(schema: &serde_json::Value, cfg: &Config) -> Result<Arc<Automaton
     let m = Machine::new(ir, cfg.whitespace);
     let root = &m.ir.nodes[m.ir.root as usize];
     if root.min_len == u64::MAX {
-        return Err(CompileError::Empty { pointer: String::new() });
+        return Err(CompileError::Empty {
+            pointer: String::new(),
+        });
     }
     let ir = &m.ir;
-    let dfa_bytes: usize = ir.dfas.iter().map(|d| d.trans.len() * 4 + d.accept.len() + 256).sum();
+    let dfa_bytes: usize = ir
+        .dfas
+        .iter()
+        .map(|d| d.trans.len() * 4 + d.accept.len() + 256)
+        .sum();
     let stats = Stats {
         nodes: ir.nodes.len(),
         alternatives: ir.nodes.iter().map(|n| n.alts.len()).sum(),
@@ -173,7 +187,10 @@ impl Automaton {
             st.nodes, st.alternatives, st.dfas, st.dfa_states, st.bytes, st.min_len, st.compile_us
         ));
         for r in &self.relaxed {
-            s.push_str(&format!("relaxed: `{}` at {:?}: {}\n", r.keyword, r.pointer, r.why));
+            s.push_str(&format!(
+                "relaxed: `{}` at {:?}: {}\n",
+                r.keyword, r.pointer, r.why
+            ));
         }
         s
     }

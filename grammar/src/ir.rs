@@ -218,7 +218,11 @@ impl Ir {
                 o.push_str("\n    ");
                 match *a {
                     Alt::Lit(l) => {
-                        let _ = write!(o, "literal {}", String::from_utf8_lossy(&self.lits[l as usize]));
+                        let _ = write!(
+                            o,
+                            "literal {}",
+                            String::from_utf8_lossy(&self.lits[l as usize])
+                        );
                     }
                     Alt::Num(k) => {
                         let s = &self.nums[k as usize];
@@ -242,7 +246,11 @@ impl Ir {
                             "string length [{}, {}]{}",
                             s.min,
                             s.max.map(|m| m.to_string()).unwrap_or_else(|| "inf".into()),
-                            if s.desc.is_empty() { String::new() } else { format!(" {}", s.desc) }
+                            if s.desc.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" {}", s.desc)
+                            }
                         );
                     }
                     Alt::Arr(k) => {
@@ -252,7 +260,9 @@ impl Ir {
                             o,
                             "array [{}] items {} count [{}, {}]",
                             pre.join(", "),
-                            s.items.map(|n| format!("n{n}")).unwrap_or_else(|| "none".into()),
+                            s.items
+                                .map(|n| format!("n{n}"))
+                                .unwrap_or_else(|| "none".into()),
                             s.min,
                             s.max.map(|m| m.to_string()).unwrap_or_else(|| "inf".into())
                         );
@@ -262,13 +272,22 @@ impl Ir {
                         let props: Vec<String> = s
                             .props
                             .iter()
-                            .map(|p| format!("{}{}: n{}", p.name, if p.required { "" } else { "?" }, p.node))
+                            .map(|p| {
+                                format!(
+                                    "{}{}: n{}",
+                                    p.name,
+                                    if p.required { "" } else { "?" },
+                                    p.node
+                                )
+                            })
                             .collect();
                         let _ = write!(
                             o,
                             "object {{{}}} extra {} count [{}, {}]",
                             props.join(", "),
-                            s.extra.map(|n| format!("n{n}")).unwrap_or_else(|| "none".into()),
+                            s.extra
+                                .map(|n| format!("n{n}"))
+                                .unwrap_or_else(|| "none".into()),
                             s.min,
                             s.max.map(|m| m.to_string()).unwrap_or_else(|| "inf".into())
                         );

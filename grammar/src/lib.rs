@@ -5,8 +5,8 @@
 pub mod automaton;
 pub mod compile;
 pub mod ir;
-pub mod schema;
 pub mod matcher;
+pub mod schema;
 pub mod toktrie;
 
 pub use automaton::ByteAutomaton;

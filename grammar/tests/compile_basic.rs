@@ -39,17 +39,37 @@ fn err(schema: Value) -> CompileError {
 
 #[test]
 fn literals_and_types() {
-    check(json!({"type": "null"}), &["null"], &["nul", "true", " null"]);
-    check(json!({"type": "boolean"}), &["true", "false"], &["null", "tru"]);
-    check(json!({"type": ["string", "null"]}), &["null", "\"a\""], &["1"]);
+    check(
+        json!({"type": "null"}),
+        &["null"],
+        &["nul", "true", " null"],
+    );
+    check(
+        json!({"type": "boolean"}),
+        &["true", "false"],
+        &["null", "tru"],
+    );
+    check(
+        json!({"type": ["string", "null"]}),
+        &["null", "\"a\""],
+        &["1"],
+    );
     check(
         json!({"enum": ["a", 1, null, {"x": [1, 2]}]}),
         &["\"a\"", "1", "null", "{\"x\":[1,2]}"],
         &["\"b\"", "2", "{}"],
     );
     check(json!({"const": "hi"}), &["\"hi\""], &["\"h\"", "\"hii\""]);
-    check(json!({"type": "string", "enum": ["a", 1]}), &["\"a\""], &["1"]);
-    check(json!(true), &["1", "\"x\"", "{\"a\":[1,{}]}", "[]"], &["", "{\"a\"}"]);
+    check(
+        json!({"type": "string", "enum": ["a", 1]}),
+        &["\"a\""],
+        &["1"],
+    );
+    check(
+        json!(true),
+        &["1", "\"x\"", "{\"a\":[1,{}]}", "[]"],
+        &["", "{\"a\"}"],
+    );
 }
 
 #[test]
@@ -64,7 +84,11 @@ fn integers_with_bounds() {
         &["1", "2"],
         &["0", "3"],
     );
-    check(json!({"type": "integer", "minimum": 100}), &["100", "12345"], &["99", "-100"]);
+    check(
+        json!({"type": "integer", "minimum": 100}),
+        &["100", "12345"],
+        &["99", "-100"],
+    );
     check(
         json!({"type": "integer", "multipleOf": 7, "minimum": 10, "maximum": 30}),
         &["14", "21", "28"],
@@ -95,7 +119,11 @@ fn numbers_with_decimals() {
         &["-1.4", "-0.5", "-1"],
         &["-1.5", "-0.4", "0"],
     );
-    check(json!({"type": "number", "multipleOf": 0.25}), &["0.25", "1.5", "-2"], &["0.3"]);
+    check(
+        json!({"type": "number", "multipleOf": 0.25}),
+        &["0.25", "1.5", "-2"],
+        &["0.3"],
+    );
     check(
         json!({"type": "number"}),
         &["1.5", "-0.001", "123456789012345"],
@@ -120,7 +148,11 @@ fn strings() {
         &["\"abc\""],
         &["\"abcd\"", "\"ab1\"", "\"\""],
     );
-    check(json!({"type": "string", "pattern": "b"}), &["\"abc\"", "\"b\""], &["\"ac\""]);
+    check(
+        json!({"type": "string", "pattern": "b"}),
+        &["\"abc\"", "\"b\""],
+        &["\"ac\""],
+    );
     check(
         json!({"type": "string", "pattern": "^\\d{3}-\\d{4}$"}),
         &["\"555-1234\""],
@@ -128,8 +160,15 @@ fn strings() {
     );
     // Pattern and length together: "^a*$" with minLength 2, maxLength 2.
     let a = auto(json!({"type": "string", "pattern": "^a*b?$", "minLength": 2, "maxLength": 2}));
-    assert!(a.accepts(b"\"aa\"") && a.accepts(b"\"ab\"") && !a.accepts(b"\"a\"") && !a.accepts(b"\"aab\""));
-    let s = [b'"', b'a', b'b'].iter().fold(a.start(), |s, &b| a.step(&s, b).unwrap());
+    assert!(
+        a.accepts(b"\"aa\"")
+            && a.accepts(b"\"ab\"")
+            && !a.accepts(b"\"a\"")
+            && !a.accepts(b"\"aab\"")
+    );
+    let s = [b'"', b'a', b'b']
+        .iter()
+        .fold(a.start(), |s, &b| a.step(&s, b).unwrap());
     assert!(a.step(&s, b'b').is_none());
 }
 
@@ -142,7 +181,10 @@ fn formats() {
     );
     check(
         json!({"format": "date-time", "type": "string"}),
-        &["\"2024-01-01T10:00:00Z\"", "\"2024-01-01T10:00:00.5+02:00\""],
+        &[
+            "\"2024-01-01T10:00:00Z\"",
+            "\"2024-01-01T10:00:00.5+02:00\"",
+        ],
         &["\"2024-01-01 10:00:00Z\""],
     );
     check(
@@ -155,7 +197,11 @@ fn formats() {
         &["\"192.168.0.1\""],
         &["\"256.1.1.1\"", "\"01.1.1.1\""],
     );
-    check(json!({"format": "email", "type": "string"}), &["\"a.b@example.com\""], &["\"a@b\""]);
+    check(
+        json!({"format": "email", "type": "string"}),
+        &["\"a.b@example.com\""],
+        &["\"a@b\""],
+    );
     assert!(matches!(
         err(json!({"type": "string", "format": "color-hex"})),
         CompileError::Unsupported { .. }
@@ -168,7 +214,12 @@ fn objects_in_schema_order() {
     check(
         s.clone(),
         &["{\"a\":1,\"c\":true}", "{\"a\":1,\"b\":\"x\",\"c\":false}"],
-        &["{\"c\":true,\"a\":1}", "{\"a\":1}", "{\"a\":1,\"c\":true,\"d\":1}", "{}"],
+        &[
+            "{\"c\":true,\"a\":1}",
+            "{\"a\":1}",
+            "{\"a\":1,\"c\":true,\"d\":1}",
+            "{}",
+        ],
     );
     let a = auto(s);
     // The key of `a` is forced.
@@ -224,7 +275,11 @@ fn combinators() {
         &["1", "\"a\""],
         &["null"],
     );
-    check(json!({"oneOf": [{"const": "a"}, {"const": "b"}]}), &["\"a\"", "\"b\""], &["\"c\""]);
+    check(
+        json!({"oneOf": [{"const": "a"}, {"const": "b"}]}),
+        &["\"a\"", "\"b\""],
+        &["\"c\""],
+    );
     assert!(matches!(
         err(json!({"oneOf": [{"type": "integer"}, {"type": "number"}]})),
         CompileError::Unsupported { .. }
@@ -251,7 +306,10 @@ fn refs_and_recursion() {
     let s = json!({"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v"], "additionalProperties": false}}, "$ref": "#/$defs/node"});
     check(
         s,
-        &["{\"v\":1}", "{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[{\"v\":3}]}]}"],
+        &[
+            "{\"v\":1}",
+            "{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[{\"v\":3}]}]}",
+        ],
         &["{\"v\":1,\"kids\":[{}]}"],
     );
     check(
@@ -259,7 +317,10 @@ fn refs_and_recursion() {
         &["{\"x\":1}"],
         &["{\"x\":\"a\"}"],
     );
-    assert!(matches!(err(json!({"$ref": "#/nope"})), CompileError::Unsupported { .. }));
+    assert!(matches!(
+        err(json!({"$ref": "#/nope"})),
+        CompileError::Unsupported { .. }
+    ));
     assert!(matches!(
         err(json!({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})),
         CompileError::Unsupported { .. }
@@ -270,7 +331,9 @@ fn refs_and_recursion() {
 fn unsupported_and_lenient() {
     let s = json!({"type": "object", "properties": {"a": {"type": "array", "uniqueItems": true}}});
     match err(s.clone()) {
-        CompileError::Unsupported { keyword, pointer, .. } => {
+        CompileError::Unsupported {
+            keyword, pointer, ..
+        } => {
             assert_eq!(keyword, "uniqueItems");
             assert_eq!(pointer, "/properties/a/uniqueItems");
         }
@@ -337,14 +400,21 @@ fn empty_and_limits() {
         },
         ..Config::default()
     };
-    assert!(matches!(compile(&deep, &cfg), Err(CompileError::Limit { .. })));
+    assert!(matches!(
+        compile(&deep, &cfg),
+        Err(CompileError::Limit { .. })
+    ));
 }
 
 #[test]
 fn pattern_properties_apply_to_listed_names() {
     // "ab" matches "^a": it must be an integer too; "b" is free; pattern-only keys are not generated.
     let s = json!({"type": "object", "properties": {"ab": {"type": ["integer", "string"]}, "b": {"type": "string"}}, "patternProperties": {"^a": {"type": "integer"}}, "additionalProperties": false});
-    check(s, &["{\"ab\":1,\"b\":\"x\"}"], &["{\"ab\":\"s\"}", "{\"ac\":1}"]);
+    check(
+        s,
+        &["{\"ab\":1,\"b\":\"x\"}"],
+        &["{\"ab\":\"s\"}", "{\"ac\":1}"],
+    );
 }
 
 #[test]
@@ -362,17 +432,29 @@ fn dependencies_and_not() {
     let s = json!({"type": "object", "properties": {"card": {"type": "string"}, "billing": {"type": "string"}}, "dependencies": {"card": ["billing"]}});
     check(
         s,
-        &["{}", "{\"billing\":\"b\"}", "{\"card\":\"c\",\"billing\":\"b\"}"],
+        &[
+            "{}",
+            "{\"billing\":\"b\"}",
+            "{\"card\":\"c\",\"billing\":\"b\"}",
+        ],
         &["{\"card\":\"c\"}"],
     );
     let s = json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "not": {"required": ["a", "b"]}});
     check(s, &["{\"a\":1}", "{\"b\":1}", "{}"], &["{\"a\":1,\"b\":2}"]);
-    check(json!({"not": {"type": "integer"}}), &["\"s\"", "null"], &["1", "1.5"]);
+    check(
+        json!({"not": {"type": "integer"}}),
+        &["\"s\"", "null"],
+        &["1", "1.5"],
+    );
 }
 
 #[test]
 fn format_on_non_strings_and_aliases() {
-    check(json!({"type": "integer", "format": "int32"}), &["5"], &["\"5\""]);
+    check(
+        json!({"type": "integer", "format": "int32"}),
+        &["5"],
+        &["\"5\""],
+    );
     check(
         json!({"type": "string", "format": "url"}),
         &["\"https://example.com/a\""],
@@ -384,7 +466,11 @@ fn format_on_non_strings_and_aliases() {
 fn if_then_else_and_general_not() {
     let s = json!({"type": "object", "properties": {"kind": {"enum": ["a", "b"]}, "n": {"type": "integer"}}, "required": ["kind"],
         "if": {"properties": {"kind": {"const": "a"}}}, "then": {"required": ["n"]}, "else": {"not": {"required": ["n"]}}});
-    check(s, &["{\"kind\":\"a\",\"n\":1}"], &["{\"kind\":\"a\"}", "{\"kind\":\"b\",\"n\":1}"]);
+    check(
+        s,
+        &["{\"kind\":\"a\",\"n\":1}"],
+        &["{\"kind\":\"a\"}", "{\"kind\":\"b\",\"n\":1}"],
+    );
     // `not` with a range: only the part certainly outside it is produced.
     check(
         json!({"type": "integer", "not": {"minimum": 3, "maximum": 5}}),

@@ -47,7 +47,9 @@ fn test_suite_valid_accepted_invalid_refused() {
             for g in cases.as_array().unwrap() {
                 groups += 1;
                 let schema = &g["schema"];
-                let Ok(a) = compile(schema, &Config::default()) else { continue };
+                let Ok(a) = compile(schema, &Config::default()) else {
+                    continue;
+                };
                 compiled += 1;
                 for t in g["tests"].as_array().unwrap() {
                     let text = serde_json::to_string(&t["data"]).unwrap();
@@ -76,7 +78,11 @@ fn test_suite_valid_accepted_invalid_refused() {
         "suite: {groups} groups, {compiled} compiled; {valid_ok} valid accepted, {} valid refused; {invalid_ok} invalid refused",
         refused.len()
     );
-    assert!(unsound.is_empty(), "invalid instances accepted:\n{}", unsound.join("\n"));
+    assert!(
+        unsound.is_empty(),
+        "invalid instances accepted:\n{}",
+        unsound.join("\n")
+    );
     let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/suite_refused.txt");
     if std::env::var_os("FORMWORK_SUITE_BLESS").is_some() {
         let body: Vec<String> = refused.iter().cloned().collect();
@@ -94,13 +100,20 @@ fn test_suite_valid_accepted_invalid_refused() {
     if !fixed.is_empty() {
         eprintln!(
             "now accepted (remove from suite_refused.txt):\n{}",
-            fixed.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
+            fixed
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join("\n")
         );
     }
     assert!(
         new.is_empty(),
         "valid instances newly refused:\n{}",
-        new.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
+        new.iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     assert!(compiled > 250, "only {compiled} groups compiled");
 }

@@ -54,7 +54,14 @@ fn brute_mask(a: &Automaton, s: &<Automaton as ByteAutomaton>::State, trie: &Tok
 
 /// A random walk under `budget` tokens; checks every mask against brute force (while
 /// no budget steering is active) and returns the text.
-fn walk(a: &Arc<Automaton>, g: &Arc<Grammar>, trie: &Arc<TokTrie>, seed: u64, budget: usize, name: &str) -> Vec<u8> {
+fn walk(
+    a: &Arc<Automaton>,
+    g: &Arc<Grammar>,
+    trie: &Arc<TokTrie>,
+    seed: u64,
+    budget: usize,
+    name: &str,
+) -> Vec<u8> {
     let mut m = Matcher::new(g.clone(), trie.clone());
     m.set_budget(budget);
     let mut rng = Rng::new(seed);
@@ -118,7 +125,11 @@ fn walk(a: &Arc<Automaton>, g: &Arc<Grammar>, trie: &Arc<TokTrie>, seed: u64, bu
 fn corpus() -> Vec<(String, Value)> {
     let mut out = Vec::new();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fixtures");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&fixtures).unwrap().flatten().map(|e| e.path()).collect();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&fixtures)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
     files.sort();
     for f in files {
         let v: Value = serde_json::from_str(&std::fs::read_to_string(&f).unwrap()).unwrap();
@@ -147,7 +158,9 @@ fn corpus() -> Vec<(String, Value)> {
     bench.sort();
     let step = (bench.len() / n.max(1)).max(1);
     for p in bench.iter().step_by(step).take(n) {
-        if let Ok(v) = serde_json::from_str::<Value>(&std::fs::read_to_string(p).unwrap_or_default()) {
+        if let Ok(v) =
+            serde_json::from_str::<Value>(&std::fs::read_to_string(p).unwrap_or_default())
+        {
             out.push((p.strip_prefix(&root).unwrap_or(p).display().to_string(), v));
         }
     }
@@ -155,11 +168,18 @@ fn corpus() -> Vec<(String, Value)> {
 }
 
 fn validate(schema: &Value, text: &[u8], name: &str) {
-    let Ok(v) = jsonschema::options().should_validate_formats(true).build(schema) else {
+    let Ok(v) = jsonschema::options()
+        .should_validate_formats(true)
+        .build(schema)
+    else {
         return;
     };
-    let inst: Value = serde_json::from_slice(text)
-        .unwrap_or_else(|e| panic!("{name}: matcher produced non-JSON {:?}: {e}", String::from_utf8_lossy(text)));
+    let inst: Value = serde_json::from_slice(text).unwrap_or_else(|e| {
+        panic!(
+            "{name}: matcher produced non-JSON {:?}: {e}",
+            String::from_utf8_lossy(text)
+        )
+    });
     if let Err(e) = v.validate(&inst) {
         panic!(
             "{name}: matcher produced an invalid instance {:?}: {e}",

@@ -9,7 +9,8 @@ use formwork_grammar::toktrie::{TokTrie, TokenSet};
 use matcher_support::*;
 
 fn tok(trie: &TokTrie, s: &str) -> u32 {
-    trie.token_with_bytes(s.as_bytes()).unwrap_or_else(|| panic!("no token {s:?}"))
+    trie.token_with_bytes(s.as_bytes())
+        .unwrap_or_else(|| panic!("no token {s:?}"))
 }
 
 #[test]
@@ -32,12 +33,21 @@ fn forced_bytes_stop_at_the_first_branch() {
     assert!(m.is_finished());
     assert_eq!(m.forced_bytes(), b"");
 
-    let lit = Matcher::new(Grammar::new(Arc::new(Literal(b"[a]".to_vec()))), trie.clone());
+    let lit = Matcher::new(
+        Grammar::new(Arc::new(Literal(b"[a]".to_vec()))),
+        trie.clone(),
+    );
     assert_eq!(lit.forced_bytes(), b"[a]");
     // Every token is safe when the forced bytes end the text.
-    assert_eq!(lit.canonical_forced_prefix(&[tok(&trie, "[a"), tok(&trie, "]")]), 2);
+    assert_eq!(
+        lit.canonical_forced_prefix(&[tok(&trie, "[a"), tok(&trie, "]")]),
+        2
+    );
     // An accepting state that may continue is not forced further.
-    let b = Matcher::new(Grammar::new(Arc::new(RegexAuto::new("ab(cd)?"))), trie.clone());
+    let b = Matcher::new(
+        Grammar::new(Arc::new(RegexAuto::new("ab(cd)?"))),
+        trie.clone(),
+    );
     assert_eq!(b.forced_bytes(), b"ab");
 }
 
@@ -55,7 +65,12 @@ fn canonical_prefix_backs_off_where_a_token_could_span() {
     assert_eq!(forced, b"{\"name\":\"");
     // `"` at byte 8 can start `""`, `"}` or `"name"`, which the grammar allows after it:
     // the boundary before it is the last safe one.
-    let split = [tok(&trie, "{\""), tok(&trie, "name"), tok(&trie, "\":"), tok(&trie, "\"")];
+    let split = [
+        tok(&trie, "{\""),
+        tok(&trie, "name"),
+        tok(&trie, "\":"),
+        tok(&trie, "\""),
+    ];
     assert_eq!(m.canonical_forced_prefix(&split), 3);
     let whole = [tok(&trie, "{\"name\":\"")];
     assert_eq!(m.canonical_forced_prefix(&whole), 0);
@@ -93,7 +108,9 @@ fn budget_steers_every_run_to_a_valid_end() {
                 min: 4,
                 max: None,
             })),
-            Grammar::new(Arc::new(RegexAuto::new(r#"\[("[a-z]{2,5}"(,"[a-z]{2,5}")*)?\]"#))),
+            Grammar::new(Arc::new(RegexAuto::new(
+                r#"\[("[a-z]{2,5}"(,"[a-z]{2,5}")*)?\]"#,
+            ))),
         ];
         for g in &automata {
             let start_min = Matcher::new(g.clone(), trie.clone()).min_completion_bytes();
@@ -109,7 +126,10 @@ fn budget_steers_every_run_to_a_valid_end() {
                         let eos = trie.eos_ids()[0];
                         let non_eos: Vec<u32> = mask.iter().filter(|&t| t != eos).collect();
                         if non_eos.is_empty() {
-                            assert!(mask.contains(eos), "budget {budget} seed {seed}: dead end after {used} tokens");
+                            assert!(
+                                mask.contains(eos),
+                                "budget {budget} seed {seed}: dead end after {used} tokens"
+                            );
                             m.commit(eos).unwrap();
                             break;
                         }
@@ -117,7 +137,10 @@ fn budget_steers_every_run_to_a_valid_end() {
                         let t = non_eos[rng.below(non_eos.len())];
                         m.commit(t).unwrap();
                         used += 1;
-                        assert!(used <= budget, "budget {budget} seed {seed}: {used} tokens used");
+                        assert!(
+                            used <= budget,
+                            "budget {budget} seed {seed}: {used} tokens used"
+                        );
                     }
                     assert!(m.is_accepting());
                 }
@@ -143,7 +166,10 @@ fn budget_zero_allows_only_eos_when_accepting_and_progress_otherwise() {
         .collect();
     assert_eq!(allowed, vec!["]".to_string()]);
     assert!(!m.is_allowed(tok(&trie, ",")));
-    assert!(matches!(m.commit(tok(&trie, ",")), Err(CommitError::OverBudget { .. })));
+    assert!(matches!(
+        m.commit(tok(&trie, ",")),
+        Err(CommitError::OverBudget { .. })
+    ));
     m.commit(tok(&trie, "]")).unwrap();
     assert_eq!(m.budget(), Some(0));
     m.compute_mask(&mut mask);
@@ -154,5 +180,9 @@ fn budget_zero_allows_only_eos_when_accepting_and_progress_otherwise() {
     m.commit(tok(&trie, "[[")).unwrap();
     m.set_budget(0);
     m.compute_mask(&mut mask);
-    assert!(mask.contains(tok(&trie, "]]")) && mask.contains(tok(&trie, "a]")) && !mask.contains(tok(&trie, "[")));
+    assert!(
+        mask.contains(tok(&trie, "]]"))
+            && mask.contains(tok(&trie, "a]"))
+            && !mask.contains(tok(&trie, "["))
+    );
 }

@@ -59,7 +59,12 @@ fn diff(a: &TokenSet, b: &TokenSet, trie: &TokTrie) -> String {
 
 /// Random walk: at every step the mask equals the brute-force mask, `is_allowed`
 /// agrees with it, and the walk ends accepted. Returns the number of steps checked.
-fn walk_and_check<A: ByteAutomaton + 'static>(a: Arc<A>, trie: &Arc<TokTrie>, seed: u64, max_steps: usize) -> usize {
+fn walk_and_check<A: ByteAutomaton + 'static>(
+    a: Arc<A>,
+    trie: &Arc<TokTrie>,
+    seed: u64,
+    max_steps: usize,
+) -> usize {
     let g = Grammar::new(a.clone());
     let mut m = Matcher::new(g, trie.clone());
     let mut rng = Rng::new(seed);
@@ -77,12 +82,20 @@ fn walk_and_check<A: ByteAutomaton + 'static>(a: Arc<A>, trie: &Arc<TokTrie>, se
         );
         for _ in 0..20 {
             let t = rng.below(trie.vocab_size()) as u32;
-            assert_eq!(m.is_allowed(t), mask.contains(t), "is_allowed({t}) at step {step}");
+            assert_eq!(
+                m.is_allowed(t),
+                mask.contains(t),
+                "is_allowed({t}) at step {step}"
+            );
         }
         let allowed: Vec<u32> = mask.iter().collect();
         assert!(!allowed.is_empty(), "empty mask at step {step}: dead end");
         // Prefer to continue; take EOS sometimes when accepting.
-        let non_eos: Vec<u32> = allowed.iter().copied().filter(|&t| !trie.is_eos(t)).collect();
+        let non_eos: Vec<u32> = allowed
+            .iter()
+            .copied()
+            .filter(|&t| !trie.is_eos(t))
+            .collect();
         let stop = non_eos.is_empty() || (m.is_accepting() && rng.below(4) == 0);
         if stop {
             let eos = trie.eos_ids()[0];
@@ -116,8 +129,18 @@ fn masks_match_brute_force_on_byte_vocab() {
     for seed in 0..20 {
         walk_and_check(Arc::new(Brackets { max_depth: None }), &trie, seed, 60);
         walk_and_check(Arc::new(json_str(0, Some(6))), &trie, seed, 40);
-        walk_and_check(Arc::new(RegexAuto::new(r#"-?(0|[1-9][0-9]{0,5})(\.[0-9]{1,3})?"#)), &trie, seed, 20);
-        walk_and_check(Arc::new(Literal(b"{\"sku\":\"A-1\"}".to_vec())), &trie, seed, 20);
+        walk_and_check(
+            Arc::new(RegexAuto::new(r#"-?(0|[1-9][0-9]{0,5})(\.[0-9]{1,3})?"#)),
+            &trie,
+            seed,
+            20,
+        );
+        walk_and_check(
+            Arc::new(Literal(b"{\"sku\":\"A-1\"}".to_vec())),
+            &trie,
+            seed,
+            20,
+        );
     }
 }
 
@@ -130,7 +153,12 @@ fn masks_match_brute_force_on_synthetic_vocab() {
             walk_and_check(Arc::new(json_str(2, Some(9))), &trie, seed, 30);
             walk_and_check(Arc::new(json_str(0, None)), &trie, seed, 30);
             walk_and_check(Arc::new(json_str(3, Some(40))), &trie, seed, 30);
-            walk_and_check(Arc::new(RegexAuto::new(r#"\["(a|b|é)*"(,"[a-z]{1,3}")*\]"#)), &trie, seed, 30);
+            walk_and_check(
+                Arc::new(RegexAuto::new(r#"\["(a|b|é)*"(,"[a-z]{1,3}")*\]"#)),
+                &trie,
+                seed,
+                30,
+            );
         }
     }
 }
@@ -139,17 +167,30 @@ fn masks_match_brute_force_on_synthetic_vocab() {
 #[test]
 fn plain_hint_changes_nothing_but_speed() {
     let trie = synthetic_vocab(7, 5000);
-    for (min, max) in [(0, None), (0, Some(1)), (1, Some(3)), (0, Some(33)), (5, Some(100))] {
+    for (min, max) in [
+        (0, None),
+        (0, Some(1)),
+        (1, Some(3)),
+        (0, Some(33)),
+        (5, Some(100)),
+    ] {
         let a = Arc::new(json_str(min, max));
         let b = Arc::new(NoHint(json_str(min, max)));
         let mut ma = Matcher::new(Grammar::new(a.clone()), trie.clone());
         let mut mb = Matcher::new(Grammar::new(b), trie.clone());
-        let (mut ka, mut kb) = (TokenSet::new(trie.vocab_size()), TokenSet::new(trie.vocab_size()));
+        let (mut ka, mut kb) = (
+            TokenSet::new(trie.vocab_size()),
+            TokenSet::new(trie.vocab_size()),
+        );
         let mut rng = Rng::new(max.unwrap_or(0) as u64);
         for step in 0..40 {
             ma.compute_mask(&mut ka);
             mb.compute_mask(&mut kb);
-            assert!(ka == kb, "min {min} max {max:?} step {step}: {}", diff(&ka, &kb, &trie));
+            assert!(
+                ka == kb,
+                "min {min} max {max:?} step {step}: {}",
+                diff(&ka, &kb, &trie)
+            );
             let choices: Vec<u32> = ka.iter().filter(|&t| !trie.is_eos(t)).collect();
             if choices.is_empty() {
                 break;
@@ -167,7 +208,10 @@ fn second_sequence_reuses_the_cache() {
     let g = Grammar::new(Arc::new(Brackets { max_depth: None }));
     let script: Vec<u32> = [&b"["[..], b"[a", b",", b"{", b"a}", b"]]"]
         .iter()
-        .map(|t| trie.token_with_bytes(t).unwrap_or_else(|| panic!("no token {t:?}")))
+        .map(|t| {
+            trie.token_with_bytes(t)
+                .unwrap_or_else(|| panic!("no token {t:?}"))
+        })
         .collect();
     let run = |g: &Arc<Grammar>| {
         let mut m = Matcher::new(g.clone(), trie.clone());
@@ -179,13 +223,21 @@ fn second_sequence_reuses_the_cache() {
         }
         m.compute_mask(&mut mask);
         assert!(m.is_accepting() && m.is_finished());
-        assert_eq!(mask.iter().collect::<Vec<_>>(), vec![256], "only EOS once finished");
+        assert_eq!(
+            mask.iter().collect::<Vec<_>>(),
+            vec![256],
+            "only EOS once finished"
+        );
     };
     run(&g);
     let after_first = g.stats();
     assert!(after_first.masks >= script.len());
     run(&g);
-    assert_eq!(g.stats(), after_first, "the second sequence added nothing to the cache");
+    assert_eq!(
+        g.stats(),
+        after_first,
+        "the second sequence added nothing to the cache"
+    );
 }
 
 #[test]
@@ -194,9 +246,21 @@ fn commit_errors_leave_the_state_unchanged() {
     let g = Grammar::new(Arc::new(Literal(b"[a]".to_vec())));
     let mut m = Matcher::new(g, trie.clone());
     let eos = 256;
-    assert!(matches!(m.commit(eos), Err(CommitError::EosNotAccepting { min_completion: 3, .. })));
-    assert!(matches!(m.commit(257), Err(CommitError::NeverAllowed { token: 257 })));
-    assert!(matches!(m.commit(1_000_000), Err(CommitError::OutOfVocabulary { .. })));
+    assert!(matches!(
+        m.commit(eos),
+        Err(CommitError::EosNotAccepting {
+            min_completion: 3,
+            ..
+        })
+    ));
+    assert!(matches!(
+        m.commit(257),
+        Err(CommitError::NeverAllowed { token: 257 })
+    ));
+    assert!(matches!(
+        m.commit(1_000_000),
+        Err(CommitError::OutOfVocabulary { .. })
+    ));
     let bad = trie.token_with_bytes(b"[[").unwrap();
     assert_eq!(
         m.commit(bad),
@@ -208,7 +272,10 @@ fn commit_errors_leave_the_state_unchanged() {
     );
     assert_eq!(m.min_completion_bytes(), 3);
     m.commit(trie.token_with_bytes(b"[a").unwrap()).unwrap();
-    assert_eq!(m.commit_bytes(b"]x"), Err(CommitError::BytesRefused { offset: 1 }));
+    assert_eq!(
+        m.commit_bytes(b"]x"),
+        Err(CommitError::BytesRefused { offset: 1 })
+    );
     assert_eq!(m.min_completion_bytes(), 1);
     m.commit_bytes(b"]").unwrap();
     assert!(m.is_accepting() && m.is_finished());
@@ -224,9 +291,17 @@ fn commit_errors_leave_the_state_unchanged() {
 #[test]
 fn duplicate_token_bytes_are_allowed_together() {
     // "<0x41>" and "A" in the synthetic vocabulary are distinct strings; make a real duplicate.
-    let toks = vec![b"A".to_vec(), b"B".to_vec(), b"A".to_vec(), b"</s>".to_vec()];
+    let toks = vec![
+        b"A".to_vec(),
+        b"B".to_vec(),
+        b"A".to_vec(),
+        b"</s>".to_vec(),
+    ];
     let trie = Arc::new(TokTrie::new(toks, &[false, false, false, true], &[3]));
-    let mut m = Matcher::new(Grammar::new(Arc::new(Literal(b"AB".to_vec()))), trie.clone());
+    let mut m = Matcher::new(
+        Grammar::new(Arc::new(Literal(b"AB".to_vec()))),
+        trie.clone(),
+    );
     let mut mask = TokenSet::new(4);
     m.compute_mask(&mut mask);
     assert_eq!(mask.iter().collect::<Vec<_>>(), vec![0, 2]);

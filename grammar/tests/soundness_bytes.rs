@@ -22,7 +22,10 @@ fn shared() -> PathBuf {
 }
 
 fn validator(schema: &Value) -> Option<jsonschema::Validator> {
-    jsonschema::options().should_validate_formats(true).build(schema).ok()
+    jsonschema::options()
+        .should_validate_formats(true)
+        .build(schema)
+        .ok()
 }
 
 /// One random walk; returns the text that reached acceptance.
@@ -47,7 +50,10 @@ fn walk(a: &Automaton, rng: &mut impl Rng, soft_len: usize) -> Result<Vec<u8>, S
                 text.push(b);
             }
             if !a.is_accepting(&s) {
-                return Err(format!("shortest completion did not accept: {:?}", String::from_utf8_lossy(&text)));
+                return Err(format!(
+                    "shortest completion did not accept: {:?}",
+                    String::from_utf8_lossy(&text)
+                ));
             }
             return Ok(text);
         }
@@ -74,7 +80,10 @@ fn walk(a: &Automaton, rng: &mut impl Rng, soft_len: usize) -> Result<Vec<u8>, S
             if a.is_accepting(&s) {
                 return Ok(text);
             }
-            return Err(format!("dead end after {:?}", String::from_utf8_lossy(&text)));
+            return Err(format!(
+                "dead end after {:?}",
+                String::from_utf8_lossy(&text)
+            ));
         }
         // Prefer ASCII most of the time so walks get somewhere.
         let ascii: Vec<u8> = allowed.iter().copied().filter(|b| *b < 0x80).collect();
@@ -113,8 +122,10 @@ fn exercise(name: &str, schema: &Value, walks: usize, seed: u64, t: &mut Tally) 
                 let inst: Value = match serde_json::from_slice(&text) {
                     Ok(x) => x,
                     Err(e) => {
-                        t.failures
-                            .push(format!("{name}: not JSON ({e}): {}", String::from_utf8_lossy(&text)));
+                        t.failures.push(format!(
+                            "{name}: not JSON ({e}): {}",
+                            String::from_utf8_lossy(&text)
+                        ));
                         break;
                     }
                 };
@@ -158,7 +169,8 @@ fn fixtures_and_regressions() {
     let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
     for sub in ["fixtures", "regressions"] {
         for p in read_dir_json(&base.join(sub)) {
-            let schema: Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+            let schema: Value =
+                serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
             let before = t.compiled;
             exercise(&p.display().to_string(), &schema, 200, 7, &mut t);
             if sub == "fixtures" {
@@ -172,7 +184,12 @@ fn fixtures_and_regressions() {
             }
         }
     }
-    assert!(t.failures.is_empty(), "{} failures:\n{}", t.failures.len(), t.failures.join("\n"));
+    assert!(
+        t.failures.is_empty(),
+        "{} failures:\n{}",
+        t.failures.len(),
+        t.failures.join("\n")
+    );
     assert!(t.compiled >= 4);
 }
 
@@ -187,7 +204,10 @@ fn jsonschemabench() {
         );
         return;
     }
-    let walks: usize = std::env::var("FORMWORK_WALKS").ok().and_then(|s| s.parse().ok()).unwrap_or(8);
+    let walks: usize = std::env::var("FORMWORK_WALKS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8);
     let cap: usize = std::env::var("FORMWORK_SCHEMAS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -206,7 +226,9 @@ fn jsonschemabench() {
                 break;
             }
             n += 1;
-            let Ok(text) = std::fs::read_to_string(&p) else { continue };
+            let Ok(text) = std::fs::read_to_string(&p) else {
+                continue;
+            };
             let Ok(schema) = serde_json::from_str::<Value>(&text) else {
                 continue;
             };
@@ -220,7 +242,12 @@ fn jsonschemabench() {
         t.walks,
         t.failures.len()
     );
-    assert!(t.failures.is_empty(), "{} failures:\n{}", t.failures.len(), t.failures.join("\n"));
+    assert!(
+        t.failures.is_empty(),
+        "{} failures:\n{}",
+        t.failures.len(),
+        t.failures.join("\n")
+    );
     if cap == usize::MAX {
         assert!(t.compiled >= 2000, "only {} schemas compiled", t.compiled);
     }

@@ -11,7 +11,9 @@ pub enum ModelError {
     Metadata { key: String, msg: String },
     #[error("unknown model `{name}`: use a registry name ({known}), a path to a .gguf file, or a Hugging Face repo id")]
     UnknownModel { name: String, known: String },
-    #[error("unsupported architecture `{arch}` in {path}: formwork runs llama (SmolLM2) and gemma3")]
+    #[error(
+        "unsupported architecture `{arch}` in {path}: formwork runs llama (SmolLM2) and gemma3"
+    )]
     UnsupportedArch { arch: String, path: PathBuf },
     #[error("tokenizer: {0}")]
     Tokenizer(String),

@@ -8,7 +8,10 @@ use super::{BenchMode, Report};
 const COLORS: [&str; 4] = ["#2b6cb0", "#dd6b20", "#38a169", "#805ad5"];
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 /// Grouped horizontal bars: one group per label, one bar per series, values in 0..=1.
@@ -36,10 +39,20 @@ fn grouped_bars(title: &str, labels: &[String], series: &[(String, Vec<f64>)]) -
     }
     for (li, label) in labels.iter().enumerate() {
         let y0 = 34.0 + li as f64 * group_h;
-        let _ = write!(s, r#"<text x="{}" y="{}" font-size="12" text-anchor="end">{}</text>"#, left - 6.0, y0 + group_h / 2.0, esc(label));
+        let _ = write!(
+            s,
+            r#"<text x="{}" y="{}" font-size="12" text-anchor="end">{}</text>"#,
+            left - 6.0,
+            y0 + group_h / 2.0,
+            esc(label)
+        );
         for (si, (_, vals)) in series.iter().enumerate() {
             let v = vals.get(li).copied().unwrap_or(f64::NAN);
-            let w = if v.is_nan() { 0.0 } else { v.clamp(0.0, 1.0) * plot_w };
+            let w = if v.is_nan() {
+                0.0
+            } else {
+                v.clamp(0.0, 1.0) * plot_w
+            };
             let y = y0 + si as f64 * bar_h;
             let _ = write!(
                 s,
@@ -48,18 +61,34 @@ fn grouped_bars(title: &str, labels: &[String], series: &[(String, Vec<f64>)]) -
                 COLORS[si % COLORS.len()],
                 left + w + 4.0,
                 y + bar_h - 3.0,
-                if v.is_nan() { "–".to_string() } else { format!("{:.0}%", v * 100.0) }
+                if v.is_nan() {
+                    "–".to_string()
+                } else {
+                    format!("{:.0}%", v * 100.0)
+                }
             );
         }
     }
-    let _ = write!(s, r##"<line x1="{left}" y1="30" x2="{left}" y2="{}" stroke="#444"/></svg></figure>"##, height - 20.0);
+    let _ = write!(
+        s,
+        r##"<line x1="{left}" y1="30" x2="{left}" y2="{}" stroke="#444"/></svg></figure>"##,
+        height - 20.0
+    );
     s
 }
 
 /// Overlaid histograms of `values` per series.
 fn histogram(title: &str, unit: &str, series: &[(String, Vec<f64>)]) -> String {
-    let all: Vec<f64> = series.iter().flat_map(|s| s.1.iter().copied()).filter(|v| v.is_finite()).collect();
-    let (lo, hi) = all.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
+    let all: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.1.iter().copied())
+        .filter(|v| v.is_finite())
+        .collect();
+    let (lo, hi) = all
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| {
+            (a.min(v), b.max(v))
+        });
     let (width, height, left, bottom) = (760.0, 260.0, 50.0, 40.0);
     let mut s = format!(
         r#"<figure><figcaption>{}</figcaption><svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" aria-label="{}">"#,
@@ -130,8 +159,14 @@ pub fn render(r: &Report, markdown_table: &str) -> String {
          <style>body{font-family:system-ui,sans-serif;margin:24px;max-width:1000px}figure{margin:24px 0}\
          figcaption{font-weight:600;margin-bottom:6px}pre{background:#f6f6f6;padding:12px;overflow:auto;font-size:12px}</style></head><body>",
     );
-    let _ = write!(html, "<h1>formwork bench: {} on {}</h1>", esc(&r.model), esc(&r.dataset));
     let _ = write!(
+        html,
+        "<h1>formwork bench: {} on {}</h1>",
+        esc(&r.model),
+        esc(&r.dataset)
+    );
+    let _ =
+        write!(
         html,
         "<p>{} modes, sampling {}, seed {}, max tokens {}, retries {}, strings compared {}.</p>",
         modes.len(),
@@ -144,30 +179,91 @@ pub fn render(r: &Report, markdown_table: &str) -> String {
     let mode_names: Vec<String> = modes.iter().map(|m| m.name().to_string()).collect();
 
     // Validity by mode.
-    let labels = vec!["parses".to_string(), "schema-valid".into(), "semantic-valid".into(), "exact match".into(), "field accuracy".into()];
+    let labels = vec![
+        "parses".to_string(),
+        "schema-valid".into(),
+        "semantic-valid".into(),
+        "exact match".into(),
+        "field accuracy".into(),
+    ];
     let series: Vec<(String, Vec<f64>)> = mode_names
         .iter()
-        .filter_map(|m| r.overall.get(m).map(|x| (m.clone(), vec![x.parse_rate, x.schema_valid_rate, x.semantic_valid_rate, x.exact_match, x.field_accuracy])))
+        .filter_map(|m| {
+            r.overall.get(m).map(|x| {
+                (
+                    m.clone(),
+                    vec![
+                        x.parse_rate,
+                        x.schema_valid_rate,
+                        x.semantic_valid_rate,
+                        x.exact_match,
+                        x.field_accuracy,
+                    ],
+                )
+            })
+        })
         .collect();
-    html.push_str(&grouped_bars("Validity and accuracy by mode", &labels, &series));
+    html.push_str(&grouped_bars(
+        "Validity and accuracy by mode",
+        &labels,
+        &series,
+    ));
 
     // Per-field accuracy by mode.
-    let mut fields: Vec<String> = r.overall.values().flat_map(|x| x.per_field.keys().cloned()).collect();
+    let mut fields: Vec<String> = r
+        .overall
+        .values()
+        .flat_map(|x| x.per_field.keys().cloned())
+        .collect();
     fields.sort();
     fields.dedup();
     let series: Vec<(String, Vec<f64>)> = mode_names
         .iter()
-        .filter_map(|m| r.overall.get(m).map(|x| (m.clone(), fields.iter().map(|f| x.per_field.get(f).copied().unwrap_or(f64::NAN)).collect())))
+        .filter_map(|m| {
+            r.overall.get(m).map(|x| {
+                (
+                    m.clone(),
+                    fields
+                        .iter()
+                        .map(|f| x.per_field.get(f).copied().unwrap_or(f64::NAN))
+                        .collect(),
+                )
+            })
+        })
         .collect();
-    html.push_str(&grouped_bars("Per-field accuracy by mode", &fields, &series));
+    html.push_str(&grouped_bars(
+        "Per-field accuracy by mode",
+        &fields,
+        &series,
+    ));
 
     // Latency and tokens.
     let per_mode = |f: &dyn Fn(&super::RecordResult) -> f64| -> Vec<(String, Vec<f64>)> {
-        modes.iter().map(|&m| (m.name().to_string(), r.records.iter().filter(|x| x.mode == m).map(f).collect())).collect()
+        modes
+            .iter()
+            .map(|&m| {
+                (
+                    m.name().to_string(),
+                    r.records.iter().filter(|x| x.mode == m).map(f).collect(),
+                )
+            })
+            .collect()
     };
-    html.push_str(&histogram("Latency per record", "ms", &per_mode(&|x| x.ms as f64)));
-    html.push_str(&histogram("Tokens per record (generated + forced)", "tokens", &per_mode(&|x| (x.tokens_generated + x.tokens_forced) as f64)));
+    html.push_str(&histogram(
+        "Latency per record",
+        "ms",
+        &per_mode(&|x| x.ms as f64),
+    ));
+    html.push_str(&histogram(
+        "Tokens per record (generated + forced)",
+        "tokens",
+        &per_mode(&|x| (x.tokens_generated + x.tokens_forced) as f64),
+    ));
 
-    let _ = write!(html, "<h2>Table</h2><pre>{}</pre></body></html>\n", esc(markdown_table));
+    let _ = write!(
+        html,
+        "<h2>Table</h2><pre>{}</pre></body></html>\n",
+        esc(markdown_table)
+    );
     html
 }

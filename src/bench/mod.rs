@@ -46,7 +46,9 @@ impl std::str::FromStr for BenchMode {
             "masked" => Ok(BenchMode::Masked),
             "free" => Ok(BenchMode::Free),
             "masked-nojf" | "masked_nojf" => Ok(BenchMode::MaskedNoJf),
-            other => Err(format!("unknown mode `{other}`: use masked, free or masked-nojf")),
+            other => Err(format!(
+                "unknown mode `{other}`: use masked, free or masked-nojf"
+            )),
         }
     }
 }
@@ -72,19 +74,28 @@ pub struct Case {
 
 /// Read a dataset; a malformed line is an error naming its line number.
 pub fn read_dataset(path: &Path, limit: Option<usize>) -> anyhow::Result<Vec<Case>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("dataset {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("dataset {}", path.display()))?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let v: Value = serde_json::from_str(line).with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
-        let field = |k: &str| v.get(k).cloned().with_context(|| format!("{}:{}: missing field `{k}`", path.display(), i + 1));
+        let v: Value = serde_json::from_str(line)
+            .with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
+        let field = |k: &str| {
+            v.get(k)
+                .cloned()
+                .with_context(|| format!("{}:{}: missing field `{k}`", path.display(), i + 1))
+        };
         let id = match field("id")? {
             Value::String(s) => s,
             other => other.to_string(),
         };
-        let text = field("text")?.as_str().map(str::to_string).with_context(|| format!("{}:{}: `text` must be a string", path.display(), i + 1))?;
+        let text = field("text")?
+            .as_str()
+            .map(str::to_string)
+            .with_context(|| format!("{}:{}: `text` must be a string", path.display(), i + 1))?;
         let schema = field("schema")?;
         let schema_name = v
             .get("schema_name")
@@ -92,7 +103,13 @@ pub fn read_dataset(path: &Path, limit: Option<usize>) -> anyhow::Result<Vec<Cas
             .or_else(|| schema.get("title").and_then(Value::as_str))
             .unwrap_or("schema")
             .to_string();
-        out.push(Case { id, schema_name, text, schema, expected: field("expected")? });
+        out.push(Case {
+            id,
+            schema_name,
+            text,
+            schema,
+            expected: field("expected")?,
+        });
         if limit.is_some_and(|l| out.len() >= l) {
             break;
         }
@@ -103,14 +120,23 @@ pub fn read_dataset(path: &Path, limit: Option<usize>) -> anyhow::Result<Vec<Cas
 /// Field-level comparison.
 pub fn field_equal(pred: &Value, gold: &Value, exact_strings: bool) -> bool {
     match (pred, gold) {
-        (Value::String(a), Value::String(b)) if !exact_strings => a.trim().to_lowercase() == b.trim().to_lowercase(),
+        (Value::String(a), Value::String(b)) if !exact_strings => {
+            a.trim().to_lowercase() == b.trim().to_lowercase()
+        }
         (Value::Number(a), Value::Number(b)) => match (a.as_f64(), b.as_f64()) {
             (Some(x), Some(y)) => x == y,
             _ => a.to_string() == b.to_string(),
         },
-        (Value::Array(a), Value::Array(b)) => a.len() == b.len() && a.iter().zip(b).all(|(x, y)| field_equal(x, y, exact_strings)),
+        (Value::Array(a), Value::Array(b)) => {
+            a.len() == b.len()
+                && a.iter()
+                    .zip(b)
+                    .all(|(x, y)| field_equal(x, y, exact_strings))
+        }
         (Value::Object(a), Value::Object(b)) => {
-            a.len() == b.len() && a.iter().all(|(k, x)| b.get(k).is_some_and(|y| field_equal(x, y, exact_strings)))
+            a.len() == b.len()
+                && a.iter()
+                    .all(|(k, x)| b.get(k).is_some_and(|y| field_equal(x, y, exact_strings)))
         }
         _ => pred == gold,
     }
@@ -123,7 +149,11 @@ pub fn leaf_fields(expected: &Value) -> Vec<(String, Value)> {
         match v {
             Value::Object(m) if !m.is_empty() => {
                 for (k, x) in m {
-                    walk(x, format!("{path}/{}", k.replace('~', "~0").replace('/', "~1")), out);
+                    walk(
+                        x,
+                        format!("{path}/{}", k.replace('~', "~0").replace('/', "~1")),
+                        out,
+                    );
                 }
             }
             _ => out.push((path, v.clone())),
@@ -160,13 +190,22 @@ pub struct RecordResult {
 }
 
 pub fn score(case: &Case, mode: BenchMode, ex: &Extraction, exact_strings: bool) -> RecordResult {
-    let conforming = matches!(ex.verdict, VerdictKind::Valid | VerdictKind::SemanticInvalid);
-    let parsed = !matches!(ex.verdict, VerdictKind::NotJson | VerdictKind::Incomplete | VerdictKind::Error);
+    let conforming = matches!(
+        ex.verdict,
+        VerdictKind::Valid | VerdictKind::SemanticInvalid
+    );
+    let parsed = !matches!(
+        ex.verdict,
+        VerdictKind::NotJson | VerdictKind::Incomplete | VerdictKind::Error
+    );
     let mut field_hits = BTreeMap::new();
     // A schema-invalid record has no trustworthy value: every field counts as wrong.
     let value = if conforming { ex.value.clone() } else { None };
     for (ptr, gold) in leaf_fields(&case.expected) {
-        let hit = value.as_ref().and_then(|v| v.pointer(&ptr)).is_some_and(|p| field_equal(p, &gold, exact_strings));
+        let hit = value
+            .as_ref()
+            .and_then(|v| v.pointer(&ptr))
+            .is_some_and(|p| field_equal(p, &gold, exact_strings));
         field_hits.insert(ptr, hit);
     }
     let fields_correct = field_hits.values().filter(|h| **h).count();
@@ -176,7 +215,9 @@ pub fn score(case: &Case, mode: BenchMode, ex: &Extraction, exact_strings: bool)
         mode,
         verdict: ex.verdict,
         parsed,
-        exact_match: value.as_ref().is_some_and(|v| field_equal(v, &case.expected, exact_strings)),
+        exact_match: value
+            .as_ref()
+            .is_some_and(|v| field_equal(v, &case.expected, exact_strings)),
         fields_total: field_hits.len(),
         fields_correct,
         field_hits,
@@ -246,28 +287,51 @@ pub fn summarize(rs: &[&RecordResult]) -> Summary {
     let forced: usize = rs.iter().map(|r| r.tokens_forced).sum();
     let decode_ms: f64 = rs.iter().map(|r| r.decode_ms).sum();
     let total_ms: u64 = rs.iter().map(|r| r.ms).sum();
-    let valid = rs.iter().filter(|r| r.verdict == VerdictKind::Valid).count();
-    let mut masks: Vec<f64> = rs.iter().flat_map(|r| r.mask_ns.iter().map(|&n| n as f64 / 1000.0)).collect();
+    let valid = rs
+        .iter()
+        .filter(|r| r.verdict == VerdictKind::Valid)
+        .count();
+    let mut masks: Vec<f64> = rs
+        .iter()
+        .flat_map(|r| r.mask_ns.iter().map(|&n| n as f64 / 1000.0))
+        .collect();
     masks.sort_by(f64::total_cmp);
     let mut ms: Vec<f64> = rs.iter().map(|r| r.ms as f64).collect();
     ms.sort_by(f64::total_cmp);
     Summary {
         records: rs.len(),
         parse_rate: rate(&|r| r.parsed),
-        schema_valid_rate: rate(&|r| matches!(r.verdict, VerdictKind::Valid | VerdictKind::SemanticInvalid)),
+        schema_valid_rate: rate(&|r| {
+            matches!(r.verdict, VerdictKind::Valid | VerdictKind::SemanticInvalid)
+        }),
         semantic_valid_rate: rate(&|r| r.verdict == VerdictKind::Valid),
         exact_match: rate(&|r| r.exact_match),
-        field_accuracy: if fields_total == 0 { f64::NAN } else { fields_correct as f64 / fields_total as f64 },
-        per_field: per_field_hits.into_iter().map(|(k, (c, t))| (k, c as f64 / t.max(1) as f64)).collect(),
+        field_accuracy: if fields_total == 0 {
+            f64::NAN
+        } else {
+            fields_correct as f64 / fields_total as f64
+        },
+        per_field: per_field_hits
+            .into_iter()
+            .map(|(k, (c, t))| (k, c as f64 / t.max(1) as f64))
+            .collect(),
         needs_review_rate: rate(&|r| r.needs_review),
         attempts_mean: rs.iter().map(|r| r.attempts as f64).sum::<f64>() / n,
         tokens_prompt_total: rs.iter().map(|r| r.tokens_prompt).sum(),
         tokens_generated_total: generated,
         tokens_forced_total: forced,
         tokens_per_record: (generated + forced) as f64 / n,
-        forced_share: if generated + forced == 0 { 0.0 } else { forced as f64 / (generated + forced) as f64 },
+        forced_share: if generated + forced == 0 {
+            0.0
+        } else {
+            forced as f64 / (generated + forced) as f64
+        },
         forward_passes_total: rs.iter().map(|r| r.forward_passes).sum(),
-        decode_tokens_per_s: if decode_ms > 0.0 { (generated + forced) as f64 / (decode_ms / 1000.0) } else { 0.0 },
+        decode_tokens_per_s: if decode_ms > 0.0 {
+            (generated + forced) as f64 / (decode_ms / 1000.0)
+        } else {
+            0.0
+        },
         ms_per_valid_object: (valid > 0).then(|| total_ms as f64 / valid as f64),
         ms_p50: percentile(&ms, 0.5),
         mask_us_p50: (!masks.is_empty()).then(|| percentile(&masks, 0.5)),
@@ -309,7 +373,12 @@ pub struct BenchConfig {
 }
 
 /// Run every case in every mode. `progress` is called after each record.
-pub fn run(engine: &mut Engine, cases: &[Case], cfg: &BenchConfig, mut progress: impl FnMut(&RecordResult)) -> anyhow::Result<Report> {
+pub fn run(
+    engine: &mut Engine,
+    cases: &[Case],
+    cfg: &BenchConfig,
+    mut progress: impl FnMut(&RecordResult),
+) -> anyhow::Result<Report> {
     let started = Instant::now();
     let mut schemas: BTreeMap<String, Schema> = BTreeMap::new();
     // Group by schema so the shared prompt prefix is reused across records.
@@ -318,12 +387,17 @@ pub fn run(engine: &mut Engine, cases: &[Case], cfg: &BenchConfig, mut progress:
     let mut records = Vec::new();
     for &mode in &cfg.modes {
         let mut opts = cfg.opts.clone();
-        opts.mode = if mode == BenchMode::Free { Mode::Free } else { Mode::Masked };
+        opts.mode = if mode == BenchMode::Free {
+            Mode::Free
+        } else {
+            Mode::Masked
+        };
         opts.jump_forward = mode != BenchMode::MaskedNoJf && cfg.opts.jump_forward;
         for case in &order {
             let key = serde_json::to_string(&case.schema)?;
             if !schemas.contains_key(&key) {
-                let s = Schema::new(case.schema.clone()).with_context(|| format!("case {}: schema", case.id))?;
+                let s = Schema::new(case.schema.clone())
+                    .with_context(|| format!("case {}: schema", case.id))?;
                 schemas.insert(key.clone(), s);
             }
             let schema = schemas.get_mut(&key).expect("inserted above");
@@ -342,8 +416,15 @@ pub fn run(engine: &mut Engine, cases: &[Case], cfg: &BenchConfig, mut progress:
         names.sort();
         names.dedup();
         for name in names {
-            let sub: Vec<&RecordResult> = rs.iter().copied().filter(|r| r.schema_name == name).collect();
-            per_schema.entry(name.to_string()).or_default().insert(mode.name().to_string(), summarize(&sub));
+            let sub: Vec<&RecordResult> = rs
+                .iter()
+                .copied()
+                .filter(|r| r.schema_name == name)
+                .collect();
+            per_schema
+                .entry(name.to_string())
+                .or_default()
+                .insert(mode.name().to_string(), summarize(&sub));
         }
     }
     Ok(Report {
@@ -408,7 +489,13 @@ pub fn markdown(r: &Report) -> String {
     }
     s.push_str("\nPer schema (schema-valid / exact match / field accuracy):\n\n| schema | ");
     let modes: Vec<&String> = r.overall.keys().collect();
-    s.push_str(&modes.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(" | "));
+    s.push_str(
+        &modes
+            .iter()
+            .map(|m| m.as_str())
+            .collect::<Vec<_>>()
+            .join(" | "),
+    );
     s.push_str(" |\n|---|");
     s.push_str(&"---|".repeat(modes.len()));
     s.push('\n');
@@ -416,7 +503,12 @@ pub fn markdown(r: &Report) -> String {
         s.push_str(&format!("| {name} |"));
         for m in &modes {
             match by_mode.get(*m) {
-                Some(x) => s.push_str(&format!(" {} / {} / {} |", pct(x.schema_valid_rate), pct(x.exact_match), pct(x.field_accuracy))),
+                Some(x) => s.push_str(&format!(
+                    " {} / {} / {} |",
+                    pct(x.schema_valid_rate),
+                    pct(x.exact_match),
+                    pct(x.field_accuracy)
+                )),
                 None => s.push_str(" – |"),
             }
         }
@@ -434,7 +526,10 @@ pub fn markdown(r: &Report) -> String {
         ));
     }
     if let Some(rss) = r.peak_rss_mb {
-        s.push_str(&format!("\nPeak RSS {rss:.0} MiB; wall time {:.1} s.\n", r.wall_s));
+        s.push_str(&format!(
+            "\nPeak RSS {rss:.0} MiB; wall time {:.1} s.\n",
+            r.wall_s
+        ));
     }
     s
 }

@@ -43,8 +43,15 @@ pub struct BenchArgs {
 
 pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
     let cases = bench::read_dataset(&a.dataset, a.limit)?;
-    anyhow::ensure!(!cases.is_empty(), "dataset {} has no records", a.dataset.display());
-    let device = a.device.parse().map_err(|e| anyhow::anyhow!("--device: {e}"))?;
+    anyhow::ensure!(
+        !cases.is_empty(),
+        "dataset {} has no records",
+        a.dataset.display()
+    );
+    let device = a
+        .device
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--device: {e}"))?;
     let loaded = crate::load_model(&a.model, device)?;
     let mut engine = Engine::new(loaded);
     let cfg = BenchConfig {
@@ -57,13 +64,23 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
             ..Default::default()
         },
         exact_strings: a.exact_strings,
-        dataset_name: a.dataset.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
+        dataset_name: a
+            .dataset
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default(),
     };
     let total = cases.len() * cfg.modes.len();
     let mut done = 0usize;
     let report = bench::run(&mut engine, &cases, &cfg, |r| {
         done += 1;
-        eprintln!("[{done}/{total}] {} {} {:?} {} ms", r.mode.name(), r.id, r.verdict, r.ms);
+        eprintln!(
+            "[{done}/{total}] {} {} {:?} {} ms",
+            r.mode.name(),
+            r.id,
+            r.verdict,
+            r.ms
+        );
     })?;
     let md = bench::markdown(&report);
     println!("{md}");

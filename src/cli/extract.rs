@@ -79,14 +79,17 @@ pub struct ExtractArgs {
 }
 
 pub fn read_schema(path: &Path) -> anyhow::Result<serde_json::Value> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("schema {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("schema {}", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("schema {} is not JSON", path.display()))
 }
 
 fn read_input(input: &str) -> anyhow::Result<String> {
     if input == "-" {
         let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s).context("reading the document from standard input")?;
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("reading the document from standard input")?;
         Ok(s)
     } else {
         std::fs::read_to_string(input).with_context(|| format!("document {input}"))
@@ -95,24 +98,35 @@ fn read_input(input: &str) -> anyhow::Result<String> {
 
 pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
     let schema_value = read_schema(&a.schema)?;
-    let config = formwork_grammar::compile::Config { lenient: a.lenient, ..Default::default() };
+    let config = formwork_grammar::compile::Config {
+        lenient: a.lenient,
+        ..Default::default()
+    };
     let mut schema = Schema::new(schema_value)
         .with_context(|| format!("schema {}", a.schema.display()))?
         .with_config(config);
     if a.mode == Mode::Masked {
         // Fail before loading the model when the grammar cannot enforce the schema.
-        schema.grammar().map_err(|e| anyhow::anyhow!("schema {}: {e}", a.schema.display()))?;
+        schema
+            .grammar()
+            .map_err(|e| anyhow::anyhow!("schema {}: {e}", a.schema.display()))?;
     }
     let document = match (&a.input, &a.jsonl) {
         (Some(i), _) => Some(read_input(i)?),
         (None, None) => anyhow::bail!("give a document with --input FILE (or - for stdin), or a batch with --jsonl IN --out OUT"),
         (None, Some(_)) => None,
     };
-    let device = a.device.parse().map_err(|e| anyhow::anyhow!("--device: {e}"))?;
+    let device = a
+        .device
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--device: {e}"))?;
     let loaded = crate::load_model(&a.model, device)?;
     let mut engine = Engine::new(loaded);
     if !engine.has_chat_template() {
-        eprintln!("note: model `{}` has no chat template; using a raw completion prompt", a.model);
+        eprintln!(
+            "note: model `{}` has no chat template; using a raw completion prompt",
+            a.model
+        );
     }
     let opts = ExtractOptions {
         mode: a.mode,
@@ -132,9 +146,15 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
             println!("{}", serde_json::to_string(&ex)?);
         } else {
             match ex.verdict {
-                VerdictKind::Valid => println!("{}", serde_json::to_string_pretty(ex.value.as_ref().expect("valid has a value"))?),
+                VerdictKind::Valid => println!(
+                    "{}",
+                    serde_json::to_string_pretty(ex.value.as_ref().expect("valid has a value"))?
+                ),
                 VerdictKind::SchemaInvalid | VerdictKind::SemanticInvalid => {
-                    eprintln!("{}", crate::validate::render_pydantic(schema.validator.title(), &ex.errors));
+                    eprintln!(
+                        "{}",
+                        crate::validate::render_pydantic(schema.validator.title(), &ex.errors)
+                    );
                 }
                 _ => eprintln!("{:?}: {}", ex.verdict, ex.message.as_deref().unwrap_or("")),
             }
@@ -157,7 +177,9 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
             if flag.swap(true, Ordering::SeqCst) {
                 std::process::exit(130);
             }
-            eprintln!("interrupted: stopping after the current record; rerun the same command to resume");
+            eprintln!(
+                "interrupted: stopping after the current record; rerun the same command to resume"
+            );
         });
     }
     let bopts = BatchOptions {
@@ -175,16 +197,22 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
         summary.valid,
         summary.invalid,
         summary.errors,
-        if summary.interrupted { " (interrupted; rerun to resume)" } else { "" }
+        if summary.interrupted {
+            " (interrupted; rerun to resume)"
+        } else {
+            ""
+        }
     );
     if a.json {
         println!("{}", serde_json::to_string(&summary)?);
     }
-    Ok(ExitCode::from(if summary.interrupted || summary.errors > 0 {
-        2
-    } else if summary.invalid > 0 {
-        1
-    } else {
-        0
-    }))
+    Ok(ExitCode::from(
+        if summary.interrupted || summary.errors > 0 {
+            2
+        } else if summary.invalid > 0 {
+            1
+        } else {
+            0
+        },
+    ))
 }

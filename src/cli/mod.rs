@@ -16,7 +16,11 @@ pub mod models;
 pub mod validate;
 
 #[derive(Parser, Debug)]
-#[command(name = "formwork", version, about = "Constrained decoding: JSON Schema -> token masks -> valid output")]
+#[command(
+    name = "formwork",
+    version,
+    about = "Constrained decoding: JSON Schema -> token masks -> valid output"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

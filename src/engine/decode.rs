@@ -117,7 +117,11 @@ pub fn decode_masked(
         }
         let used = out.tokens.len();
         if used >= opts.max_tokens {
-            out.stop = if matcher.is_accepting() { Stop::Finished } else { Stop::Budget };
+            out.stop = if matcher.is_accepting() {
+                Stop::Finished
+            } else {
+                Stop::Budget
+            };
             break;
         }
         if opts.deadline.is_some_and(|d| Instant::now() >= d) {
@@ -136,7 +140,11 @@ pub fn decode_masked(
                     Ok(t) => t,
                     Err(e) => std::str::from_utf8(&forced[..e.valid_up_to()]).unwrap_or(""),
                 };
-                let mut toks = if text.is_empty() { Vec::new() } else { codec.encode(text) };
+                let mut toks = if text.is_empty() {
+                    Vec::new()
+                } else {
+                    codec.encode(text)
+                };
                 let keep = matcher.canonical_forced_prefix(&toks).min(left);
                 toks.truncate(keep);
                 let mut committed = 0;
@@ -149,7 +157,8 @@ pub fn decode_masked(
                 toks.truncate(committed);
                 if !toks.is_empty() {
                     for &t in &toks {
-                        out.bytes.extend_from_slice(&codec.token_bytes()[t as usize]);
+                        out.bytes
+                            .extend_from_slice(&codec.token_bytes()[t as usize]);
                     }
                     out.tokens.extend_from_slice(&toks);
                     out.stats.tokens_forced += toks.len();
@@ -178,7 +187,11 @@ pub fn decode_masked(
         let Some(tok) = choice else {
             // No token allowed: the matcher is accepting with nothing allowed
             // after it, or the vocabulary cannot spell what the schema needs.
-            out.stop = if matcher.is_accepting() { Stop::Finished } else { Stop::Budget };
+            out.stop = if matcher.is_accepting() {
+                Stop::Finished
+            } else {
+                Stop::Budget
+            };
             break;
         };
         if eos.contains(&tok) {
@@ -195,7 +208,8 @@ pub fn decode_masked(
         if left <= matcher.min_completion_bytes() + 1 {
             out.steered = true;
         }
-        out.bytes.extend_from_slice(&codec.token_bytes()[tok as usize]);
+        out.bytes
+            .extend_from_slice(&codec.token_bytes()[tok as usize]);
         out.tokens.push(tok);
         out.stats.tokens_generated += 1;
         if matcher.is_finished() {
@@ -239,12 +253,15 @@ pub fn decode_free(
             out.stop = Stop::Timeout;
             break;
         }
-        let Some(tok) = sampler.sample(&logits, |_| true) else { break };
+        let Some(tok) = sampler.sample(&logits, |_| true) else {
+            break;
+        };
         if eos.contains(&tok) {
             out.stop = Stop::Eos;
             break;
         }
-        out.bytes.extend_from_slice(&codec.token_bytes()[tok as usize]);
+        out.bytes
+            .extend_from_slice(&codec.token_bytes()[tok as usize]);
         out.tokens.push(tok);
         out.stats.tokens_generated += 1;
         if out.tokens.len() >= opts.max_tokens {

@@ -78,7 +78,13 @@ impl Schema {
         let validator = Validator::new(&value)?;
         let bytes = serde_json::to_vec(&value)?;
         let sha256 = hex(&Sha256::digest(&bytes));
-        Ok(Schema { value, sha256, validator, grammar: None, config: Config::default() })
+        Ok(Schema {
+            value,
+            sha256,
+            validator,
+            grammar: None,
+            config: Config::default(),
+        })
     }
 
     pub fn with_config(mut self, config: Config) -> Self {
@@ -185,7 +191,13 @@ impl Engine {
         let bytes = tok.token_bytes().to_vec();
         let special: Vec<bool> = (0..bytes.len() as u32).map(|i| tok.is_special(i)).collect();
         let trie = Arc::new(TokTrie::new(bytes, &special, tok.eos_ids()));
-        Engine { loaded, trie, prefix: None, reuse_prefix: true, prefix_tokens_reused: 0 }
+        Engine {
+            loaded,
+            trie,
+            prefix: None,
+            reuse_prefix: true,
+            prefix_tokens_reused: 0,
+        }
     }
 
     pub fn model(&self) -> &LoadedModel {
@@ -202,7 +214,12 @@ impl Engine {
     }
 
     /// Extract one document. Errors of the model runtime become `verdict: error`.
-    pub fn extract(&mut self, schema: &mut Schema, document: &str, opts: &ExtractOptions) -> Extraction {
+    pub fn extract(
+        &mut self,
+        schema: &mut Schema,
+        document: &str,
+        opts: &ExtractOptions,
+    ) -> Extraction {
         let started = Instant::now();
         let mut ex = Extraction {
             value: None,
@@ -242,7 +259,10 @@ impl Engine {
         ex
     }
 
-    fn prompt_tokens(&self, messages: &[formwork_models::chat::ChatMessage]) -> anyhow::Result<Vec<u32>> {
+    fn prompt_tokens(
+        &self,
+        messages: &[formwork_models::chat::ChatMessage],
+    ) -> anyhow::Result<Vec<u32>> {
         let tok = &self.loaded.tokenizer;
         let rendered = prompt::render(tok, messages)?;
         let mut ids = tok.encode(&rendered.text)?;
@@ -261,7 +281,8 @@ impl Engine {
     fn shared_prefix_len(&self, system: &str, ids: &[u32]) -> anyhow::Result<usize> {
         let mut k = ids.len();
         for dummy in ["A", "Z z"] {
-            let other = self.prompt_tokens(&[prompt::msg("system", system), prompt::msg("user", dummy)])?;
+            let other =
+                self.prompt_tokens(&[prompt::msg("system", system), prompt::msg("user", dummy)])?;
             k = k.min(ids.iter().zip(&other).take_while(|(a, b)| a == b).count());
         }
         Ok(k)
@@ -284,7 +305,10 @@ impl Engine {
         self.loaded.model.clear_kv_cache();
         if self.reuse_prefix && shared > 0 && shared < ids.len() {
             self.loaded.model.forward(&ids[..shared], 0)?;
-            self.prefix = Some(PrefixCache { tokens: ids[..shared].to_vec(), model: self.loaded.model.snapshot() });
+            self.prefix = Some(PrefixCache {
+                tokens: ids[..shared].to_vec(),
+                model: self.loaded.model.snapshot(),
+            });
             return Ok(self.loaded.model.forward(&ids[shared..], shared)?);
         }
         Ok(self.loaded.model.forward(ids, 0)?)
@@ -308,7 +332,10 @@ impl Engine {
         let started = Instant::now();
         let grammar = schema.grammar()?;
         let system = prompt::system_message(&schema.value, opts.instructions.as_deref());
-        let messages = [prompt::msg("system", system.clone()), prompt::msg("user", document)];
+        let messages = [
+            prompt::msg("system", system.clone()),
+            prompt::msg("user", document),
+        ];
         let ids = self.prompt_tokens(&messages)?;
         let shared = self.shared_prefix_len(&system, &ids)?;
         ex.tokens_prompt = ids.len();
@@ -340,7 +367,10 @@ impl Engine {
     ) -> anyhow::Result<()> {
         let started = Instant::now();
         let system = prompt::system_message(&schema.value, opts.instructions.as_deref());
-        let mut messages = vec![prompt::msg("system", system.clone()), prompt::msg("user", document)];
+        let mut messages = vec![
+            prompt::msg("system", system.clone()),
+            prompt::msg("user", document),
+        ];
         let mut sampler = Sampler::new(opts.sampling.clone(), opts.seed);
         for attempt in 1..=opts.retries + 1 {
             let ids = self.prompt_tokens(&messages)?;
@@ -349,7 +379,14 @@ impl Engine {
             ex.attempts = attempt;
             let logits = self.prefill(&ids, shared)?;
             let dopts = self.decode_options(opts, started);
-            let out = decode_free(self.loaded.model.as_mut(), &self.loaded.tokenizer, &mut sampler, logits, ids.len(), &dopts)?;
+            let out = decode_free(
+                self.loaded.model.as_mut(),
+                &self.loaded.tokenizer,
+                &mut sampler,
+                logits,
+                ids.len(),
+                &dopts,
+            )?;
             let timed_out = out.stop == Stop::Timeout;
             self.finish_attempt(schema, ex, &out, true, true);
             if ex.verdict == VerdictKind::Valid || timed_out || attempt > opts.retries {
@@ -369,7 +406,14 @@ impl Engine {
     }
 
     /// Validate the text of one attempt and record it in `ex`.
-    fn finish_attempt(&self, schema: &Schema, ex: &mut Extraction, out: &DecodeOutput, complete: bool, tolerant: bool) {
+    fn finish_attempt(
+        &self,
+        schema: &Schema,
+        ex: &mut Extraction,
+        out: &DecodeOutput,
+        complete: bool,
+        tolerant: bool,
+    ) {
         ex.tokens_generated += out.stats.tokens_generated;
         ex.tokens_forced += out.stats.tokens_forced;
         ex.forward_passes += out.stats.forward_passes + 1;
@@ -383,8 +427,13 @@ impl Engine {
         if !complete || out.stop == Stop::Timeout {
             ex.verdict = VerdictKind::Incomplete;
             ex.message = Some(match out.stop {
-                Stop::Timeout => "the time limit ended the run before the value was complete".into(),
-                _ => format!("the token budget ({} tokens) ended the run before the value was complete", out.tokens.len()),
+                Stop::Timeout => {
+                    "the time limit ended the run before the value was complete".into()
+                }
+                _ => format!(
+                    "the token budget ({} tokens) ended the run before the value was complete",
+                    out.tokens.len()
+                ),
             });
             return;
         }
@@ -432,7 +481,10 @@ pub fn review_reasons(value: &Value, review_fields: &[String]) -> Vec<String> {
     let mut out = Vec::new();
     fn walk(v: &Value, path: &mut String, out: &mut Vec<String>) {
         match v {
-            Value::Null => out.push(format!("{} is null", if path.is_empty() { "/" } else { path })),
+            Value::Null => out.push(format!(
+                "{} is null",
+                if path.is_empty() { "/" } else { path }
+            )),
             Value::Object(m) => {
                 for (k, x) in m {
                     let len = path.len();

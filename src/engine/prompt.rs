@@ -33,15 +33,30 @@ pub struct RenderedPrompt {
 }
 
 /// Render `messages` with the model's own template, or as a raw prompt.
-pub fn render(tok: &GgufTokenizer, messages: &[ChatMessage]) -> formwork_models::Result<RenderedPrompt> {
+pub fn render(
+    tok: &GgufTokenizer,
+    messages: &[ChatMessage],
+) -> formwork_models::Result<RenderedPrompt> {
     match tok.chat_template() {
         Some(tpl) => {
-            let bos = tok.bos_id().and_then(|b| tok.token_text(b)).unwrap_or("").to_string();
-            let eos = tok.eos_ids().first().and_then(|&e| tok.token_text(e)).unwrap_or("").to_string();
+            let bos = tok
+                .bos_id()
+                .and_then(|b| tok.token_text(b))
+                .unwrap_or("")
+                .to_string();
+            let eos = tok
+                .eos_ids()
+                .first()
+                .and_then(|&e| tok.token_text(e))
+                .unwrap_or("")
+                .to_string();
             let text = render_chat(tpl, messages, true, &bos, &eos)?;
             Ok(RenderedPrompt { text, raw: false })
         }
-        None => Ok(RenderedPrompt { text: raw_prompt(messages), raw: true }),
+        None => Ok(RenderedPrompt {
+            text: raw_prompt(messages),
+            raw: true,
+        }),
     }
 }
 
@@ -79,5 +94,8 @@ pub fn retry_message(errors_rendered: &str) -> String {
 }
 
 pub fn msg(role: &str, content: impl Into<String>) -> ChatMessage {
-    ChatMessage { role: role.to_string(), content: content.into() }
+    ChatMessage {
+        role: role.to_string(),
+        content: content.into(),
+    }
 }

@@ -260,7 +260,10 @@ impl LenTable {
         let mut edges: Vec<Vec<(u32, u32)>> = vec![Vec::new(); n];
         let mut preds: Vec<Vec<u32>> = vec![Vec::new(); n];
         for s in 1..n {
-            let mut e: Vec<(u32, u32)> = (0..=255u8).map(|b| (d.next(s as u32, b), weight(b))).filter(|e| e.0 != 0).collect();
+            let mut e: Vec<(u32, u32)> = (0..=255u8)
+                .map(|b| (d.next(s as u32, b), weight(b)))
+                .filter(|e| e.0 != 0)
+                .collect();
             e.sort_unstable();
             e.dedup();
             for &(t, _) in &e {
@@ -285,7 +288,12 @@ impl LenTable {
                     let v = if w == 0 {
                         src
                     } else {
-                        (src << 1) | if i > 0 { bits[t * words + i - 1] >> 63 } else { 0 }
+                        (src << 1)
+                            | if i > 0 {
+                                bits[t * words + i - 1] >> 63
+                            } else {
+                                0
+                            }
                     };
                     tmp[i] |= v;
                 }

@@ -171,7 +171,11 @@ impl Machine {
             for i in (0..n).rev() {
                 let live = m.ir.nodes[o.props[i].node as usize].min_len != u64::MAX;
                 sl[i] = sl[i + 1] + u32::from(live);
-                nr[i] = if o.props[i].required { i as u32 } else { nr[i + 1] };
+                nr[i] = if o.props[i].required {
+                    i as u32
+                } else {
+                    nr[i + 1]
+                };
             }
             suffix_live.push(sl);
             next_req.push(nr);
@@ -211,7 +215,9 @@ impl Machine {
     fn thread_accepting(&self, t: &Thread) -> bool {
         match t.as_slice() {
             [Frame::Root { ph: 2, .. }] => true,
-            [Frame::Root { ph: 1, .. }, Frame::Num { spec, buf }] => num::accepting(&self.ir.nums[*spec as usize], buf),
+            [Frame::Root { ph: 1, .. }, Frame::Num { spec, buf }] => {
+                num::accepting(&self.ir.nums[*spec as usize], buf)
+            }
             _ => false,
         }
     }
@@ -305,10 +311,20 @@ impl Machine {
                     }
                 }
             }
-            Frame::Arr { spec, count, ph, ws } => {
+            Frame::Arr {
+                spec,
+                count,
+                ph,
+                ws,
+            } => {
                 let a = &self.ir.arrs[spec as usize];
                 let set = |t: &mut Thread, count: u32, ph: ArrPh, ws: u32| {
-                    *t.last_mut().unwrap() = Frame::Arr { spec, count, ph, ws };
+                    *t.last_mut().unwrap() = Frame::Arr {
+                        spec,
+                        count,
+                        ph,
+                        ws,
+                    };
                 };
                 if is_ws(b) && ph != ArrPh::InValue {
                     if ws < self.ws_max {
@@ -458,7 +474,14 @@ impl Machine {
 
     /// Can a character (as decoded bytes, the first being counted) follow, given the
     /// length and the pattern? Returns the new (len, dfa) state.
-    fn str_char(&self, spec: u32, len: u32, dfa: u32, bytes: &[u8], counts: bool) -> Option<(u32, u32)> {
+    fn str_char(
+        &self,
+        spec: u32,
+        len: u32,
+        dfa: u32,
+        bytes: &[u8],
+        counts: bool,
+    ) -> Option<(u32, u32)> {
         let s = &self.ir.strs[spec as usize];
         let nlen = len + u32::from(counts);
         if s.max.is_some_and(|m| nlen > m) {
@@ -483,7 +506,11 @@ impl Machine {
             }
         }
         // Saturate the length when only a minimum matters.
-        let nlen = if s.max.is_none() { nlen.min(s.min) } else { nlen };
+        let nlen = if s.max.is_none() {
+            nlen.min(s.min)
+        } else {
+            nlen
+        };
         Some((nlen, d))
     }
 
@@ -555,10 +582,10 @@ impl Machine {
                 }
                 b'\\' => {
                     // Some escape must be possible.
-                    let ok = b"\"\\ntrbf"
-                        .iter()
-                        .any(|&e| self.str_char(spec, len, dfa, &[short_escape(e).unwrap()], true).is_some())
-                        || self.ctrl_possible(spec, len, dfa);
+                    let ok = b"\"\\ntrbf".iter().any(|&e| {
+                        self.str_char(spec, len, dfa, &[short_escape(e).unwrap()], true)
+                            .is_some()
+                    }) || self.ctrl_possible(spec, len, dfa);
                     if ok {
                         mk(len, dfa, 1, 0, 0, trie(excl))
                     } else {
@@ -621,7 +648,9 @@ impl Machine {
 
     /// A control character that is written `\u00XX` canonically.
     fn ctrl_ok(&self, spec: u32, len: u32, dfa: u32, c: u8) -> bool {
-        c < 0x20 && !matches!(c, 0x08 | 0x09 | 0x0A | 0x0C | 0x0D) && self.str_char(spec, len, dfa, &[c], true).is_some()
+        c < 0x20
+            && !matches!(c, 0x08 | 0x09 | 0x0A | 0x0C | 0x0D)
+            && self.str_char(spec, len, dfa, &[c], true).is_some()
     }
 
     fn ctrl_possible(&self, spec: u32, len: u32, dfa: u32) -> bool {
@@ -669,7 +698,8 @@ impl Machine {
 
     fn can_continue(&self, spec: u32, next: u32, emitted: u32) -> bool {
         let o = &self.ir.objs[spec as usize];
-        (next..o.props.len() as u32).any(|j| self.prop_ok(spec, next, emitted, j)) || self.extra_ok(spec, next, emitted)
+        (next..o.props.len() as u32).any(|j| self.prop_ok(spec, next, emitted, j))
+            || self.extra_ok(spec, next, emitted)
     }
 
     fn sat_emitted(&self, spec: u32, e: u32) -> u32 {
@@ -682,7 +712,17 @@ impl Machine {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn obj_step(&self, mut t: Thread, spec: u32, next: u32, emitted: u32, ph: ObjPh, ws: u32, b: u8, out: &mut Vec<Thread>) {
+    fn obj_step(
+        &self,
+        mut t: Thread,
+        spec: u32,
+        next: u32,
+        emitted: u32,
+        ph: ObjPh,
+        ws: u32,
+        b: u8,
+        out: &mut Vec<Thread>,
+    ) {
         let o = &self.ir.objs[spec as usize];
         let set = |t: &mut Thread, next: u32, emitted: u32, ph: ObjPh, ws: u32| {
             *t.last_mut().unwrap() = Frame::Obj {
@@ -790,7 +830,9 @@ impl Machine {
             Frame::Lit { id, pos } => Some(self.ir.lits[*id as usize][*pos as usize..].to_vec()),
             Frame::Num { spec, buf } => num::shortest(&self.ir.nums[*spec as usize], buf),
             Frame::Str { .. } => self.str_shortest(f),
-            Frame::Arr { spec, count, ph, .. } => {
+            Frame::Arr {
+                spec, count, ph, ..
+            } => {
                 let a = &self.ir.arrs[*spec as usize];
                 let mut o = Vec::new();
                 let mut c = *count;
@@ -814,14 +856,23 @@ impl Machine {
                 Some(o)
             }
             Frame::Obj {
-                spec, next, emitted, ph, ..
+                spec,
+                next,
+                emitted,
+                ph,
+                ..
             } => {
                 let o = &self.ir.objs[*spec as usize];
                 let mut out = Vec::new();
                 let (next, emitted, first) = match *ph {
                     ObjPh::Open => (*next, *emitted, true),
                     ObjPh::After => (*next, *emitted, false),
-                    ObjPh::Comma | ObjPh::Key { .. } | ObjPh::Colon { .. } | ObjPh::Value { .. } | ObjPh::ExtraKey | ObjPh::InValue => {
+                    ObjPh::Comma
+                    | ObjPh::Key { .. }
+                    | ObjPh::Colon { .. }
+                    | ObjPh::Value { .. }
+                    | ObjPh::ExtraKey
+                    | ObjPh::InValue => {
                         // Finish the current member first.
                         match *ph {
                             ObjPh::Comma => {
@@ -830,7 +881,12 @@ impl Machine {
                                 for j in *next..o.props.len() as u32 {
                                     if self.prop_ok(*spec, *next, *emitted, j) {
                                         let m = self.member_text(*spec, j);
-                                        let rest = self.obj_rest(*spec, j + 1, self.sat_emitted(*spec, emitted + 1), false)?;
+                                        let rest = self.obj_rest(
+                                            *spec,
+                                            j + 1,
+                                            self.sat_emitted(*spec, emitted + 1),
+                                            false,
+                                        )?;
                                         let mut c = m;
                                         c.extend(rest);
                                         if best.as_ref().is_none_or(|(b, _)| c.len() < b.len()) {
@@ -901,14 +957,17 @@ impl Machine {
         let o = &self.ir.objs[spec as usize];
         let n = o.props.len() as u32;
         // Required members after next, plus cheapest optional ones to reach min.
-        let mut chosen: Vec<u32> = (next..n).filter(|&j| o.props[j as usize].required).collect();
+        let mut chosen: Vec<u32> = (next..n)
+            .filter(|&j| o.props[j as usize].required)
+            .collect();
         let mut count = emitted + chosen.len() as u32;
         if count < o.min {
             let mut opt: Vec<(u64, u32)> = (next..n)
                 .filter(|&j| !o.props[j as usize].required && self.live(o.props[j as usize].node))
                 .map(|j| {
                     (
-                        self.ir.nodes[o.props[j as usize].node as usize].min_len + o.props[j as usize].key.len() as u64,
+                        self.ir.nodes[o.props[j as usize].node as usize].min_len
+                            + o.props[j as usize].key.len() as u64,
                         j,
                     )
                 })
@@ -942,7 +1001,12 @@ impl Machine {
     /// Shortest bytes that close a string frame (BFS over the frame's own states).
     fn str_shortest(&self, f: &Frame) -> Option<Vec<u8>> {
         if let Frame::Str {
-            spec, len, lex, hex, utf, ..
+            spec,
+            len,
+            lex,
+            hex,
+            utf,
+            ..
         } = *f
         {
             let sp = &self.ir.strs[spec as usize];
@@ -982,7 +1046,10 @@ impl Machine {
                     }
                     _ => {}
                 }
-                out.extend(std::iter::repeat_n(b'a', sp.min.saturating_sub(len) as usize));
+                out.extend(std::iter::repeat_n(
+                    b'a',
+                    sp.min.saturating_sub(len) as usize,
+                ));
                 out.push(b'"');
                 return Some(out);
             }
@@ -1225,7 +1292,11 @@ impl Machine {
         let mut best: Option<u32> = None;
         for t in &s.threads {
             if let Some(Frame::Str {
-                spec, len, lex: 0, utf: 0, ..
+                spec,
+                len,
+                lex: 0,
+                utf: 0,
+                ..
             }) = t.last()
             {
                 let sp = &self.ir.strs[*spec as usize];
@@ -1240,7 +1311,9 @@ impl Machine {
 
     /// Does the node accept exactly this text (compact)? Used for literal filtering.
     pub fn node_accepts(&self, n: NodeId, text: &[u8]) -> bool {
-        let mut st = State { threads: Vec::new() };
+        let mut st = State {
+            threads: Vec::new(),
+        };
         let mut first = true;
         for &b in text {
             let mut out = Vec::new();

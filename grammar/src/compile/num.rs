@@ -238,7 +238,11 @@ fn spell(x: i128, int_digits: &[u8], frac_digits: usize) -> Vec<u8> {
 pub fn shortest(spec: &NumSpec, buf: &[u8]) -> Option<Vec<u8>> {
     if buf.is_empty() || buf == b"-" {
         let mut best: Option<Vec<u8>> = None;
-        let firsts: &[u8] = if buf.is_empty() { b"-0123456789" } else { b"0123456789" };
+        let firsts: &[u8] = if buf.is_empty() {
+            b"-0123456789"
+        } else {
+            b"0123456789"
+        };
         for &c in firsts {
             if allows(spec, buf, c) {
                 let mut nb = buf.to_vec();
@@ -284,7 +288,11 @@ pub fn shortest(spec: &NumSpec, buf: &[u8]) -> Option<Vec<u8>> {
         let mut out = Vec::new();
         let mut cur = buf.to_vec();
         while !accepting(spec, &cur) {
-            let c = if cur.ends_with(b".") || in_frac { b'0' } else { b'0' };
+            let c = if cur.ends_with(b".") || in_frac {
+                b'0'
+            } else {
+                b'0'
+            };
             cur.push(c);
             out.push(c);
             if out.len() > MAX_DIGITS + 2 {

@@ -94,7 +94,10 @@ impl Typed {
         }
     }
     fn item_key(&self, i: usize) -> Key {
-        self.prefix.get(i).cloned().unwrap_or_else(|| self.items.clone())
+        self.prefix
+            .get(i)
+            .cloned()
+            .unwrap_or_else(|| self.items.clone())
     }
 }
 
@@ -139,13 +142,23 @@ fn json_eq(a: &Value, b: &Value) -> bool {
                 _ => xs == ys,
             }
         }
-        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_eq(p, q)),
-        (Value::Object(x), Value::Object(y)) => x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w))),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_eq(p, q))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| json_eq(v, w)))
+        }
         _ => a == b,
     }
 }
 
-fn intersect(a: &Typed, b: &Typed, pk: &mut dyn FnMut(&Typed, &str) -> Option<Key>) -> Option<Option<Typed>> {
+fn intersect(
+    a: &Typed,
+    b: &Typed,
+    pk: &mut dyn FnMut(&Typed, &str) -> Option<Key>,
+) -> Option<Option<Typed>> {
     let mut r = a.clone();
     r.t &= b.t;
     // INT and NUM: NUM includes integers.
@@ -171,7 +184,9 @@ fn intersect(a: &Typed, b: &Typed, pk: &mut dyn FnMut(&Typed, &str) -> Option<Ke
     r.amin = a.amin.max(b.amin);
     r.amax = min_opt(a.amax, b.amax);
     let n = a.prefix.len().max(b.prefix.len());
-    r.prefix = (0..n).map(|i| union_key(&a.item_key(i), &b.item_key(i))).collect();
+    r.prefix = (0..n)
+        .map(|i| union_key(&a.item_key(i), &b.item_key(i)))
+        .collect();
     r.items = union_key(&a.items, &b.items);
     let mut props: Vec<(String, Key)> = Vec::new();
     for (name, _) in a.props.iter().chain(b.props.iter()) {
@@ -197,7 +212,12 @@ fn intersect(a: &Typed, b: &Typed, pk: &mut dyn FnMut(&Typed, &str) -> Option<Ke
     r.omax = min_opt(a.omax, b.omax);
     r.lits = match (&a.lits, &b.lits) {
         (None, x) | (x, None) => x.clone(),
-        (Some(x), Some(y)) => Some(x.iter().filter(|v| y.iter().any(|w| json_eq(v, w))).cloned().collect()),
+        (Some(x), Some(y)) => Some(
+            x.iter()
+                .filter(|v| y.iter().any(|w| json_eq(v, w)))
+                .cloned()
+                .collect(),
+        ),
     };
     if r.t == 0 || r.lits.as_ref().is_some_and(|l| l.is_empty()) {
         return Some(None);
@@ -322,13 +342,18 @@ impl<'a> Builder<'a> {
                 Value::Object(m) => {
                     for key in ["$id", "id"] {
                         if let Some(Value::String(s)) = m.get(key) {
-                            if key == "id" && m.get("id").is_some_and(|x| x.is_string()) && ptr.ends_with("/properties") {
+                            if key == "id"
+                                && m.get("id").is_some_and(|x| x.is_string())
+                                && ptr.ends_with("/properties")
+                            {
                                 continue;
                             }
                             if ptr.is_empty() {
                                 b.root_id = Some(s.trim_end_matches('#').to_string());
                             }
-                            b.ids.entry(s.trim_end_matches('#').to_string()).or_insert(ptr.clone());
+                            b.ids
+                                .entry(s.trim_end_matches('#').to_string())
+                                .or_insert(ptr.clone());
                         }
                     }
                     if let Some(Value::String(s)) = m.get("$anchor") {
@@ -363,7 +388,9 @@ impl<'a> Builder<'a> {
         if loc == FALSE_LOC {
             return &FALSE_VALUE;
         }
-        self.root.pointer(&self.locs[loc as usize]).unwrap_or(&FALSE_VALUE)
+        self.root
+            .pointer(&self.locs[loc as usize])
+            .unwrap_or(&FALSE_VALUE)
     }
 
     fn unsupported(&mut self, kw: &str, ptr: &str, why: &str) -> Result<(), CompileError> {
@@ -424,7 +451,11 @@ impl<'a> Builder<'a> {
                     // A relative id: match on the last path segment.
                     self.ids
                         .iter()
-                        .find(|(k, _)| !base.is_empty() && (k.ends_with(&format!("/{base}")) || base.ends_with(&format!("/{k}"))))
+                        .find(|(k, _)| {
+                            !base.is_empty()
+                                && (k.ends_with(&format!("/{base}"))
+                                    || base.ends_with(&format!("/{k}")))
+                        })
                         .map(|(_, v)| v.clone())
                 })
             };
@@ -516,7 +547,12 @@ impl<'a> Builder<'a> {
             Value::Bool(true) => return Ok(vec![Typed::any()]),
             Value::Bool(false) => return Ok(vec![]),
             Value::Object(m) => m,
-            _ => return Err(Self::invalid(ptr, "a schema must be an object or a boolean")),
+            _ => {
+                return Err(Self::invalid(
+                    ptr,
+                    "a schema must be an object or a boolean",
+                ))
+            }
         };
         let mut base = Typed::any();
         let mut conjs: Vec<Rc<Vec<Typed>>> = Vec::new();
@@ -526,7 +562,9 @@ impl<'a> Builder<'a> {
         let mut ifs: Vec<(String, Rc<Vec<Typed>>, Vec<Typed>, Vec<Typed>)> = Vec::new();
         let old_draft = matches!(self.draft, Draft::D4 | Draft::D6 | Draft::D7);
         if let Some(r) = m.get("$ref") {
-            let r = r.as_str().ok_or_else(|| Self::invalid(&format!("{ptr}/$ref"), "not a string"))?;
+            let r = r
+                .as_str()
+                .ok_or_else(|| Self::invalid(&format!("{ptr}/$ref"), "not a string"))?;
             let t = self.resolve_ref(r, &format!("{ptr}/$ref"))?;
             let d = self.dnf(t)?;
             if old_draft {
@@ -561,12 +599,17 @@ impl<'a> Builder<'a> {
                     base.t &= t;
                 }
                 "enum" => {
-                    let a = x.as_array().ok_or_else(|| Self::invalid(&kp, "not an array"))?;
+                    let a = x
+                        .as_array()
+                        .ok_or_else(|| Self::invalid(&kp, "not an array"))?;
                     base.lits = Some(a.clone());
                 }
                 "const" => base.lits = Some(vec![x.clone()]),
                 "multipleOf" => {
-                    let s = x.as_number().ok_or_else(|| Self::invalid(&kp, "not a number"))?.to_string();
+                    let s = x
+                        .as_number()
+                        .ok_or_else(|| Self::invalid(&kp, "not a number"))?
+                        .to_string();
                     match num::scaled(&s) {
                         Some((q, true)) if q > 0 && q < BIG => base.q = q,
                         _ => self.unsupported(
@@ -580,9 +623,14 @@ impl<'a> Builder<'a> {
                     if let Value::Bool(_) = x {
                         continue; // draft-04 modifier, read with its bound
                     }
-                    let s = x.as_number().ok_or_else(|| Self::invalid(&kp, "not a number"))?.to_string();
-                    let (v, exact) = num::scaled(&s).ok_or_else(|| Self::invalid(&kp, "not a number"))?;
-                    let excl_flag = |name: &str| m.get(name).and_then(Value::as_bool).unwrap_or(false);
+                    let s = x
+                        .as_number()
+                        .ok_or_else(|| Self::invalid(&kp, "not a number"))?
+                        .to_string();
+                    let (v, exact) =
+                        num::scaled(&s).ok_or_else(|| Self::invalid(&kp, "not a number"))?;
+                    let excl_flag =
+                        |name: &str| m.get(name).and_then(Value::as_bool).unwrap_or(false);
                     match k.as_str() {
                         "minimum" => {
                             let ex = excl_flag("exclusiveMinimum");
@@ -601,10 +649,15 @@ impl<'a> Builder<'a> {
                         }
                     }
                 }
-                "minLength" | "maxLength" | "minItems" | "maxItems" | "minProperties" | "maxProperties" => {
+                "minLength" | "maxLength" | "minItems" | "maxItems" | "minProperties"
+                | "maxProperties" => {
                     let n = x
                         .as_u64()
-                        .or_else(|| x.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64))
+                        .or_else(|| {
+                            x.as_f64()
+                                .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                                .map(|f| f as u64)
+                        })
                         .ok_or_else(|| Self::invalid(&kp, "not a non-negative integer"))?;
                     let n = n.min(u32::MAX as u64 / 2) as u32;
                     match k.as_str() {
@@ -617,7 +670,9 @@ impl<'a> Builder<'a> {
                     }
                 }
                 "pattern" => {
-                    let s = x.as_str().ok_or_else(|| Self::invalid(&kp, "not a string"))?;
+                    let s = x
+                        .as_str()
+                        .ok_or_else(|| Self::invalid(&kp, "not a string"))?;
                     match pattern::search_regex(s) {
                         Ok(r) => base.pats.push((r, format!("pattern {s:?}"), false)),
                         Err(e) => self.unsupported(k, &kp, &format!("pattern {s:?}: {e}"))?,
@@ -632,7 +687,9 @@ impl<'a> Builder<'a> {
                 }
                 "items" => match x {
                     Value::Array(a) => {
-                        base.prefix = (0..a.len()).map(|i| self.key_of(&format!("{kp}/{i}"))).collect();
+                        base.prefix = (0..a.len())
+                            .map(|i| self.key_of(&format!("{kp}/{i}")))
+                            .collect();
                         base.items = match m.get("additionalItems") {
                             Some(_) => self.key_of(&p("additionalItems")),
                             None => Vec::new(),
@@ -647,12 +704,18 @@ impl<'a> Builder<'a> {
                     }
                 },
                 "prefixItems" => {
-                    let a = x.as_array().ok_or_else(|| Self::invalid(&kp, "not an array"))?;
-                    base.prefix = (0..a.len()).map(|i| self.key_of(&format!("{kp}/{i}"))).collect();
+                    let a = x
+                        .as_array()
+                        .ok_or_else(|| Self::invalid(&kp, "not an array"))?;
+                    base.prefix = (0..a.len())
+                        .map(|i| self.key_of(&format!("{kp}/{i}")))
+                        .collect();
                 }
                 "additionalItems" => {}
                 "properties" => {
-                    let o = x.as_object().ok_or_else(|| Self::invalid(&kp, "not an object"))?;
+                    let o = x
+                        .as_object()
+                        .ok_or_else(|| Self::invalid(&kp, "not an object"))?;
                     base.has_props = true;
                     base.props = o
                         .keys()
@@ -662,7 +725,9 @@ impl<'a> Builder<'a> {
                 "required" => {
                     if let Value::Array(a) = x {
                         for n in a {
-                            let n = n.as_str().ok_or_else(|| Self::invalid(&kp, "not a string"))?;
+                            let n = n
+                                .as_str()
+                                .ok_or_else(|| Self::invalid(&kp, "not a string"))?;
                             if !base.req.iter().any(|r| r == n) {
                                 base.req.push(n.to_string());
                             }
@@ -678,7 +743,9 @@ impl<'a> Builder<'a> {
                     _ => base.extra = Some(self.key_of(&kp)),
                 },
                 "patternProperties" => {
-                    let o = x.as_object().ok_or_else(|| Self::invalid(&kp, "not an object"))?;
+                    let o = x
+                        .as_object()
+                        .ok_or_else(|| Self::invalid(&kp, "not an object"))?;
                     if !o.is_empty() {
                         base.has_props = true;
                     }
@@ -686,13 +753,23 @@ impl<'a> Builder<'a> {
                     // only a pattern admits are not generated (an instance without them is valid).
                     for pat in o.keys() {
                         match pattern::search_regex(pat) {
-                            Ok(re) => base.pprops.push((re, pat.clone(), self.key_of(&format!("{kp}/{}", esc_ptr(pat))))),
-                            Err(e) => self.unsupported(k, &format!("{kp}/{}", esc_ptr(pat)), &format!("pattern {pat:?}: {e}"))?,
+                            Ok(re) => base.pprops.push((
+                                re,
+                                pat.clone(),
+                                self.key_of(&format!("{kp}/{}", esc_ptr(pat))),
+                            )),
+                            Err(e) => self.unsupported(
+                                k,
+                                &format!("{kp}/{}", esc_ptr(pat)),
+                                &format!("pattern {pat:?}: {e}"),
+                            )?,
                         }
                     }
                 }
                 "allOf" | "anyOf" | "oneOf" => {
-                    let a = x.as_array().ok_or_else(|| Self::invalid(&kp, "not an array"))?;
+                    let a = x
+                        .as_array()
+                        .ok_or_else(|| Self::invalid(&kp, "not an array"))?;
                     let mut branches = Vec::new();
                     for i in 0..a.len() {
                         let l = self.loc(&format!("{kp}/{i}"));
@@ -700,7 +777,9 @@ impl<'a> Builder<'a> {
                     }
                     match k.as_str() {
                         "allOf" => conjs.extend(branches),
-                        "anyOf" => conjs.push(Rc::new(branches.iter().flat_map(|b| b.iter().cloned()).collect())),
+                        "anyOf" => conjs.push(Rc::new(
+                            branches.iter().flat_map(|b| b.iter().cloned()).collect(),
+                        )),
                         _ => one_ofs.push((kp.clone(), branches)),
                     }
                 }
@@ -711,7 +790,12 @@ impl<'a> Builder<'a> {
                     let d = self.dnf(l)?;
                     let keys: Vec<&str> = x
                         .as_object()
-                        .map(|o| o.keys().map(String::as_str).filter(|k| !IGNORED.contains(k)).collect())
+                        .map(|o| {
+                            o.keys()
+                                .map(String::as_str)
+                                .filter(|k| !IGNORED.contains(k))
+                                .collect()
+                        })
                         .unwrap_or_default();
                     if d.is_empty() {
                     } else if keys == ["required"] && d.len() == 1 {
@@ -765,7 +849,9 @@ impl<'a> Builder<'a> {
                 "then" | "else" => {}
                 "dependencies" | "dependentRequired" | "dependentSchemas" => {
                     // Exact: for each trigger, either it is absent or the dependency holds.
-                    let o = x.as_object().ok_or_else(|| Self::invalid(&kp, "not an object"))?;
+                    let o = x
+                        .as_object()
+                        .ok_or_else(|| Self::invalid(&kp, "not an object"))?;
                     for (name, dep) in o {
                         let mut absent = Typed::any();
                         forbid(&mut absent, name);
@@ -773,7 +859,10 @@ impl<'a> Builder<'a> {
                         match dep {
                             Value::Array(names) => {
                                 let mut need = Typed::any();
-                                need.req = names.iter().filter_map(|n| n.as_str().map(String::from)).collect();
+                                need.req = names
+                                    .iter()
+                                    .filter_map(|n| n.as_str().map(String::from))
+                                    .collect();
                                 alts.push(need);
                             }
                             _ => {
@@ -826,7 +915,10 @@ impl<'a> Builder<'a> {
                     }
                 }
             }
-            if overlap.is_none() && narrowed.iter().all(|b| b.is_empty()) && real.iter().any(|b| !b.is_empty()) {
+            if overlap.is_none()
+                && narrowed.iter().all(|b| b.is_empty())
+                && real.iter().any(|b| !b.is_empty())
+            {
                 overlap = Some((0, 1));
             }
             if let Some((i, j)) = overlap {
@@ -837,13 +929,19 @@ impl<'a> Builder<'a> {
                 )?;
                 narrowed = real;
             }
-            conjs.push(Rc::new(narrowed.iter().flat_map(|b| b.iter().cloned()).collect()));
+            conjs.push(Rc::new(
+                narrowed.iter().flat_map(|b| b.iter().cloned()).collect(),
+            ));
         }
         // `not S`: the parts of the siblings that certainly fail every alternative of S.
         for (kp, d) in nots {
             let cur = self.fail_all(vec![base.clone()], &d);
             if cur.is_empty() {
-                self.unsupported("not", &kp, "no part of the schema is certain to fail the negated schema")?;
+                self.unsupported(
+                    "not",
+                    &kp,
+                    "no part of the schema is certain to fail the negated schema",
+                )?;
                 continue;
             }
             conjs.push(Rc::new(cur));
@@ -992,7 +1090,8 @@ impl<'a> Builder<'a> {
     }
 
     fn dnf_disjoint(&mut self, a: &[Typed], b: &[Typed], depth: u32) -> bool {
-        a.iter().all(|x| b.iter().all(|y| self.typed_disjoint(x, y, depth)))
+        a.iter()
+            .all(|x| b.iter().all(|y| self.typed_disjoint(x, y, depth)))
     }
 
     fn key_disjoint(&mut self, a: &Key, b: &Key, depth: u32) -> bool {
@@ -1009,16 +1108,23 @@ impl<'a> Builder<'a> {
     fn typed_disjoint(&mut self, a: &Typed, b: &Typed, depth: u32) -> bool {
         // Literal sets decide alone.
         if let Some(la) = a.lits.clone() {
-            return la.iter().all(|v| !self.value_ok(a, v, true) || !self.value_ok(b, v, true));
+            return la
+                .iter()
+                .all(|v| !self.value_ok(a, v, true) || !self.value_ok(b, v, true));
         }
         if let Some(lb) = b.lits.clone() {
-            return lb.iter().all(|v| !self.value_ok(b, v, true) || !self.value_ok(a, v, true));
+            return lb
+                .iter()
+                .all(|v| !self.value_ok(b, v, true) || !self.value_ok(a, v, true));
         }
         let common = a.t & b.t;
         if common & (T_NULL | T_BOOL) != 0 {
             return false;
         }
-        if a.t & (T_INT | T_NUM) != 0 && b.t & (T_INT | T_NUM) != 0 && a.lo.max(b.lo) <= a.hi.min(b.hi) {
+        if a.t & (T_INT | T_NUM) != 0
+            && b.t & (T_INT | T_NUM) != 0
+            && a.lo.max(b.lo) <= a.hi.min(b.hi)
+        {
             return false;
         }
         if common & T_STR != 0 {
@@ -1032,7 +1138,8 @@ impl<'a> Builder<'a> {
             let lo = a.amin.max(b.amin);
             let hi = min_opt(a.amax, b.amax);
             let by_len = hi.is_some_and(|h| lo > h);
-            let by_item = (0..a.amin.min(b.amin) as usize).any(|i| self.key_disjoint(&a.item_key(i), &b.item_key(i), depth));
+            let by_item = (0..a.amin.min(b.amin) as usize)
+                .any(|i| self.key_disjoint(&a.item_key(i), &b.item_key(i), depth));
             if !by_len && !by_item {
                 return false;
             }
@@ -1046,7 +1153,9 @@ impl<'a> Builder<'a> {
                 for n in names {
                     let ra = a.req.contains(&n);
                     let rb = b.req.contains(&n);
-                    let (Some(ka), Some(kb)) = (self.prop_key_full(a, &n), self.prop_key_full(b, &n)) else {
+                    let (Some(ka), Some(kb)) =
+                        (self.prop_key_full(a, &n), self.prop_key_full(b, &n))
+                    else {
                         return false;
                     };
                     // Required on one side, impossible on the other.
@@ -1083,7 +1192,9 @@ impl<'a> Builder<'a> {
                     return false;
                 }
                 let s = n.to_string();
-                let Some((x, exact)) = num::scaled(&s) else { return superset };
+                let Some((x, exact)) = num::scaled(&s) else {
+                    return superset;
+                };
                 if !exact || x.abs() >= BIG {
                     return superset;
                 }
@@ -1128,7 +1239,10 @@ impl<'a> Builder<'a> {
                 true
             }
             Value::Array(a) => {
-                if t.t & T_ARR == 0 || (a.len() as u32) < t.amin || t.amax.is_some_and(|m| a.len() as u32 > m) {
+                if t.t & T_ARR == 0
+                    || (a.len() as u32) < t.amin
+                    || t.amax.is_some_and(|m| a.len() as u32 > m)
+                {
                     return false;
                 }
                 for (i, x) in a.iter().enumerate() {
@@ -1140,14 +1254,19 @@ impl<'a> Builder<'a> {
                 true
             }
             Value::Object(o) => {
-                if t.t & T_OBJ == 0 || (o.len() as u32) < t.omin || t.omax.is_some_and(|m| o.len() as u32 > m) {
+                if t.t & T_OBJ == 0
+                    || (o.len() as u32) < t.omin
+                    || t.omax.is_some_and(|m| o.len() as u32 > m)
+                {
                     return false;
                 }
                 if t.req.iter().any(|r| !o.contains_key(r)) {
                     return false;
                 }
                 for (k, x) in o {
-                    let Some(key) = self.prop_key_full(t, k) else { return superset };
+                    let Some(key) = self.prop_key_full(t, k) else {
+                        return superset;
+                    };
                     if !self.value_ok_key(&key, x, superset) {
                         return false;
                     }
@@ -1161,7 +1280,11 @@ impl<'a> Builder<'a> {
     /// `patternProperties` schema, else `additionalProperties`. `None`: a pattern cannot
     /// be read.
     fn prop_key_full(&mut self, t: &Typed, name: &str) -> Option<Key> {
-        let listed = t.props.iter().find(|(n, _)| n == name).map(|(_, k)| k.clone());
+        let listed = t
+            .props
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, k)| k.clone());
         let mut matched = false;
         let mut k = listed.clone().unwrap_or_default();
         for (re, _, pk) in &t.pprops {
@@ -1292,7 +1415,9 @@ impl<'a> Builder<'a> {
             rest.lits = None;
             for v in &lits {
                 if self.value_ok(&rest, v, false) {
-                    let text = serde_json::to_string(v).expect("a Value serialises").into_bytes();
+                    let text = serde_json::to_string(v)
+                        .expect("a Value serialises")
+                        .into_bytes();
                     let id = self.lit(text);
                     if !alts.contains(&Alt::Lit(id)) {
                         alts.push(Alt::Lit(id));
@@ -1361,7 +1486,11 @@ impl<'a> Builder<'a> {
             alts.push(Alt::Arr(self.ir.arrs.len() as u32 - 1));
         }
         if t.t & T_OBJ != 0 {
-            let mut names: Vec<(String, bool)> = t.props.iter().map(|(n, _)| (n.clone(), t.req.contains(n))).collect();
+            let mut names: Vec<(String, bool)> = t
+                .props
+                .iter()
+                .map(|(n, _)| (n.clone(), t.req.contains(n)))
+                .collect();
             for r in &t.req {
                 if !names.iter().any(|(n, _)| n == r) {
                     names.push((r.clone(), true));
@@ -1374,7 +1503,8 @@ impl<'a> Builder<'a> {
                     continue;
                 };
                 let node = self.node_for(k);
-                let enc = serde_json::to_string(&Value::String(n.clone())).expect("a string serialises");
+                let enc =
+                    serde_json::to_string(&Value::String(n.clone())).expect("a string serialises");
                 let key = enc.as_bytes()[1..enc.len() - 1].to_vec();
                 props.push(PropSpec {
                     name: n,
@@ -1393,7 +1523,9 @@ impl<'a> Builder<'a> {
             let trie = KeyTrie::build(props.iter().map(|p| p.key.as_slice()));
             self.ir.tries.push(trie);
             let ti = self.ir.tries.len() as u32 - 1;
-            let ek = self.str_spec(0, None, &[], Some(ti), ptr)?.expect("unconstrained keys exist");
+            let ek = self
+                .str_spec(0, None, &[], Some(ti), ptr)?
+                .expect("unconstrained keys exist");
             self.ir.objs.push(ObjSpec {
                 props,
                 extra,
@@ -1425,7 +1557,11 @@ impl<'a> Builder<'a> {
                 Ok(Some(d)) => d,
                 Ok(None) => return Ok(None),
                 Err(e) => {
-                    let kw = if pats.iter().all(|p| p.2) { "format" } else { "pattern" };
+                    let kw = if pats.iter().all(|p| p.2) {
+                        "format"
+                    } else {
+                        "pattern"
+                    };
                     if e.contains("DFA states") {
                         return Err(CompileError::Limit {
                             what: "DFA states",
@@ -1434,7 +1570,10 @@ impl<'a> Builder<'a> {
                         });
                     }
                     self.unsupported(kw, ptr, &e)?;
-                    return Ok(Some(self.str_spec(min, max, &[], excl, ptr)?.expect("unconstrained strings exist")));
+                    return Ok(Some(
+                        self.str_spec(min, max, &[], excl, ptr)?
+                            .expect("unconstrained strings exist"),
+                    ));
                 }
             };
             let lens = if min > 0 || max.is_some() {
@@ -1442,12 +1581,15 @@ impl<'a> Builder<'a> {
                 let li = match self.len_memo.get(&(d, cap)) {
                     Some(&l) => l,
                     None => {
-                        let lt = LenTable::build(&self.ir.dfas[d as usize], cap, self.cfg.limits.length_bits).map_err(|_| {
-                            CompileError::Limit {
-                                what: "DFA states x string lengths",
-                                given: self.ir.dfas[d as usize].len() * (cap as usize + 1),
-                                limit: self.cfg.limits.length_bits,
-                            }
+                        let lt = LenTable::build(
+                            &self.ir.dfas[d as usize],
+                            cap,
+                            self.cfg.limits.length_bits,
+                        )
+                        .map_err(|_| CompileError::Limit {
+                            what: "DFA states x string lengths",
+                            given: self.ir.dfas[d as usize].len() * (cap as usize + 1),
+                            limit: self.cfg.limits.length_bits,
                         })?;
                         self.ir.lens.push(lt);
                         let l = self.ir.lens.len() as u32 - 1;
@@ -1461,7 +1603,11 @@ impl<'a> Builder<'a> {
             };
             (Some(d), lens)
         };
-        let desc = pats.iter().map(|p| p.1.clone()).collect::<Vec<_>>().join(" & ");
+        let desc = pats
+            .iter()
+            .map(|p| p.1.clone())
+            .collect::<Vec<_>>()
+            .join(" & ");
         self.ir.strs.push(StrSpec {
             min,
             max,

@@ -28,7 +28,11 @@ pub fn translate(p: &str) -> Result<String, String> {
                 } else {
                     "[^0-9]"
                 }),
-                'w' => out.push_str(if in_class { "A-Za-z0-9_" } else { "[A-Za-z0-9_]" }),
+                'w' => out.push_str(if in_class {
+                    "A-Za-z0-9_"
+                } else {
+                    "[A-Za-z0-9_]"
+                }),
                 'W' => out.push_str(if in_class {
                     return Err("\\W inside a class".into());
                 } else {
@@ -146,7 +150,10 @@ pub fn translate(p: &str) -> Result<String, String> {
                         }
                         Some('<') if cs.get(i + 3).is_some_and(|c| c.is_alphabetic()) => {
                             // Named group: keep as non-capturing.
-                            let close = cs[i..].iter().position(|&c| c == '>').ok_or("bad group name")?;
+                            let close = cs[i..]
+                                .iter()
+                                .position(|&c| c == '>')
+                                .ok_or("bad group name")?;
                             out.push_str("(?:");
                             i += close + 1;
                             continue;
@@ -165,7 +172,9 @@ pub fn translate(p: &str) -> Result<String, String> {
                     let a = parts.next().unwrap_or("");
                     !a.is_empty()
                         && a.chars().all(|c| c.is_ascii_digit())
-                        && parts.next().is_none_or(|b| b.chars().all(|c| c.is_ascii_digit()))
+                        && parts
+                            .next()
+                            .is_none_or(|b| b.chars().all(|c| c.is_ascii_digit()))
                 });
                 if ok {
                     let k = close.unwrap();
@@ -220,7 +229,23 @@ fn push_lit(out: &mut String, c: char, in_class: bool) {
 fn regex_syntax_is_meta(c: char) -> bool {
     matches!(
         c,
-        '\\' | '.' | '+' | '*' | '?' | '(' | ')' | '|' | '[' | ']' | '{' | '}' | '^' | '$' | '#' | '&' | '-' | '~'
+        '\\' | '.'
+            | '+'
+            | '*'
+            | '?'
+            | '('
+            | ')'
+            | '|'
+            | '['
+            | ']'
+            | '{'
+            | '}'
+            | '^'
+            | '$'
+            | '#'
+            | '&'
+            | '-'
+            | '~'
     )
 }
 
@@ -297,25 +322,36 @@ pub fn format_regex(f: &str) -> Option<String> {
         "hostname" | "idn-hostname" => hostname(),
         "ipv4" => ipv4(),
         "ipv6" => ipv6(),
-        "uuid" => "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}".into(),
+        "uuid" => {
+            "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}".into()
+        }
         "uri" | "uri-reference" | "iri" | "iri-reference" => uri(),
         "duration" => duration(),
         "json-pointer" => "(?:/(?:[A-Za-z0-9_-]|~[01])*)*".into(),
-        "relative-json-pointer" => "(?:0|[1-9][0-9]{0,8})(?:#|(?:/(?:[A-Za-z0-9_-]|~[01])*)*)".into(),
+        "relative-json-pointer" => {
+            "(?:0|[1-9][0-9]{0,8})(?:#|(?:/(?:[A-Za-z0-9_-]|~[01])*)*)".into()
+        }
         "uri-template" => "[A-Za-z0-9/._-]*".into(),
         "regex" => "[A-Za-z0-9 _-]*".into(),
         // Names the validator does not know (so it does not check them): a sound reading of
         // their usual meaning.
         "url" => uri(),
-        "int32" | "int64" | "integer" | "int" | "long" | "uint32" | "uint64" => "-?(?:0|[1-9][0-9]{0,8})".into(),
-        "double" | "float" | "number" | "decimal" => "-?(?:0|[1-9][0-9]{0,8})(?:\\.[0-9]{1,6})?".into(),
-        "byte" | "base64" => "(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?".into(),
+        "int32" | "int64" | "integer" | "int" | "long" | "uint32" | "uint64" => {
+            "-?(?:0|[1-9][0-9]{0,8})".into()
+        }
+        "double" | "float" | "number" | "decimal" => {
+            "-?(?:0|[1-9][0-9]{0,8})(?:\\.[0-9]{1,6})?".into()
+        }
+        "byte" | "base64" => {
+            "(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?".into()
+        }
         "utc-millisec" => "(?:0|[1-9][0-9]{0,12})".into(),
         "color" => "#[0-9a-fA-F]{6}".into(),
         "phone" => "\\+?[0-9]{7,15}".into(),
         "cidr" => format!("{}/(?:3[0-2]|[12]?[0-9])", ipv4()),
         "path" => "/?[A-Za-z0-9._-]{1,30}(?:/[A-Za-z0-9._-]{1,30}){0,5}".into(),
-        "password" | "textarea" | "markdown" | "html" | "text" | "multiline" | "binary" | "string" => "(?s:.)*".into(),
+        "password" | "textarea" | "markdown" | "html" | "text" | "multiline" | "binary"
+        | "string" => "(?s:.)*".into(),
         _ => return None,
     };
     Some(format!("^(?:{body})$"))

@@ -68,8 +68,16 @@ pub struct RegexAuto {
 impl RegexAuto {
     pub fn new(pattern: &str) -> Self {
         let dfa = dense::Builder::new()
-            .configure(dense::Config::new().minimize(true).start_kind(StartKind::Anchored))
-            .syntax(regex_automata::util::syntax::Config::new().unicode(false).utf8(false))
+            .configure(
+                dense::Config::new()
+                    .minimize(true)
+                    .start_kind(StartKind::Anchored),
+            )
+            .syntax(
+                regex_automata::util::syntax::Config::new()
+                    .unicode(false)
+                    .utf8(false),
+            )
             .build(&format!("^(?:{pattern})$"))
             .unwrap();
         RegexAuto { dfa }
@@ -79,7 +87,9 @@ impl RegexAuto {
 impl ByteAutomaton for RegexAuto {
     type State = StateID;
     fn start(&self) -> StateID {
-        self.dfa.start_state(&start::Config::new().anchored(Anchored::Yes)).unwrap()
+        self.dfa
+            .start_state(&start::Config::new().anchored(Anchored::Yes))
+            .unwrap()
     }
     fn step(&self, s: &StateID, b: u8) -> Option<StateID> {
         let t = self.dfa.next_state(*s, b);
@@ -140,7 +150,10 @@ pub struct BState {
 impl ByteAutomaton for Brackets {
     type State = BState;
     fn start(&self) -> BState {
-        BState { stack: vec![], phase: 0 }
+        BState {
+            stack: vec![],
+            phase: 0,
+        }
     }
     fn step(&self, s: &BState, b: u8) -> Option<BState> {
         let close = s.stack.last().map(|&o| if o == b'[' { b']' } else { b'}' });
@@ -550,7 +563,10 @@ pub fn gguf_vocab(path: &std::path::Path) -> Option<(Vec<Vec<u8>>, Vec<bool>, Ve
 }
 
 fn byte_decoder() -> std::collections::HashMap<char, u8> {
-    let mut bs: Vec<u32> = (b'!' as u32..=b'~' as u32).chain(0xA1..=0xAC).chain(0xAE..=0xFF).collect();
+    let mut bs: Vec<u32> = (b'!' as u32..=b'~' as u32)
+        .chain(0xA1..=0xAC)
+        .chain(0xAE..=0xFF)
+        .collect();
     let mut cs = bs.clone();
     let mut n = 0;
     for b in 0..256u32 {
@@ -560,7 +576,10 @@ fn byte_decoder() -> std::collections::HashMap<char, u8> {
             n += 1;
         }
     }
-    bs.iter().zip(cs).map(|(&b, c)| (char::from_u32(c).unwrap(), b as u8)).collect()
+    bs.iter()
+        .zip(cs)
+        .map(|(&b, c)| (char::from_u32(c).unwrap(), b as u8))
+        .collect()
 }
 
 struct GgufReader<'a> {
