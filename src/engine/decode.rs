@@ -88,6 +88,18 @@ pub struct DecodeOutput {
     pub stats: DecodeStats,
 }
 
+impl DecodeOutput {
+    fn empty() -> Self {
+        DecodeOutput {
+            tokens: Vec::new(),
+            bytes: Vec::new(),
+            stop: Stop::Budget,
+            steered: false,
+            stats: DecodeStats::default(),
+        }
+    }
+}
+
 /// Run masked decoding from `logits` (the model's output after the prompt, whose
 /// length is `pos`).
 pub fn decode_masked(
@@ -102,13 +114,7 @@ pub fn decode_masked(
     let started = Instant::now();
     let vocab = codec.token_bytes().len().max(logits.len());
     let mut mask = TokenSet::new(vocab);
-    let mut out = DecodeOutput {
-        tokens: Vec::new(),
-        bytes: Vec::new(),
-        stop: Stop::Budget,
-        steered: false,
-        stats: DecodeStats::default(),
-    };
+    let mut out = DecodeOutput::empty();
     let eos = codec.eos_ids();
     loop {
         if matcher.is_finished() {
@@ -170,7 +176,8 @@ pub fn decode_masked(
             }
         }
 
-        // 2. Sample under the mask.
+        // 2. Sample under the mask (steered when the budget restricts it).
+        out.steered |= matcher.is_steering();
         let choice = if sampler.sampling().is_greedy() {
             let top = crate::sampling::argmax(&logits, |_| true);
             match top {
@@ -205,9 +212,7 @@ pub fn decode_masked(
                 "matcher refused token {tok} that its own mask allowed"
             )));
         }
-        if left <= matcher.min_completion_bytes() + 1 {
-            out.steered = true;
-        }
+
         out.bytes
             .extend_from_slice(&codec.token_bytes()[tok as usize]);
         out.tokens.push(tok);
@@ -240,13 +245,7 @@ pub fn decode_free(
     opts: &DecodeOptions,
 ) -> formwork_models::Result<DecodeOutput> {
     let started = Instant::now();
-    let mut out = DecodeOutput {
-        tokens: Vec::new(),
-        bytes: Vec::new(),
-        stop: Stop::Budget,
-        steered: false,
-        stats: DecodeStats::default(),
-    };
+    let mut out = DecodeOutput::empty();
     let eos = codec.eos_ids();
     while out.tokens.len() < opts.max_tokens {
         if opts.deadline.is_some_and(|d| Instant::now() >= d) {
