@@ -94,14 +94,72 @@ pub enum CompileError {
     },
     #[error("invalid schema at {pointer:?}: {msg}")]
     InvalidSchema { pointer: String, msg: String },
-    #[error("limit exceeded: {what} {given} > {limit}")]
+    #[error("limit exceeded: {what} {given} > {limit}{}", at(.pointer))]
     Limit {
         what: &'static str,
         given: usize,
         limit: usize,
+        /// JSON Pointer(s) of the subschema being compiled when the limit was hit; empty
+        /// when the limit is not tied to one place (the document size, say).
+        pointer: String,
     },
     #[error("schema at {pointer:?} has no valid instance the grammar can produce")]
     Empty { pointer: String },
+}
+
+fn at(pointer: &str) -> String {
+    if pointer.is_empty() {
+        String::new()
+    } else {
+        format!(" at {pointer:?}")
+    }
+}
+
+/// The wall-clock budget of one compile ([`Limits::time_ms`]), checked by every pass whose
+/// work can grow faster than the schema: reading combinators, narrowing `not`/`if`/`oneOf`,
+/// pattern DFAs and their products, length tables, shortest lengths.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Deadline {
+    start: Instant,
+    limit_ms: u64,
+}
+
+impl Deadline {
+    pub(crate) fn new(limit_ms: u64) -> Deadline {
+        Deadline {
+            start: Instant::now(),
+            limit_ms,
+        }
+    }
+
+    pub(crate) fn expired(&self) -> bool {
+        self.start.elapsed().as_millis() > u128::from(self.limit_ms)
+    }
+
+    /// The time limit error, at `pointer`, once the budget is spent.
+    pub(crate) fn check(&self, pointer: &str) -> Result<(), CompileError> {
+        if self.expired() {
+            return Err(self.error(pointer));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn error(&self, pointer: &str) -> CompileError {
+        CompileError::Limit {
+            what: "compile time (ms)",
+            given: self.start.elapsed().as_millis() as usize,
+            limit: self.limit_ms as usize,
+            pointer: pointer.to_string(),
+        }
+    }
+}
+
+impl CompileError {
+    /// Is this the compile-time limit? (Passes that read other errors as "not sure" must
+    /// still stop on this one.)
+    pub fn is_time_limit(&self) -> bool {
+        matches!(self, CompileError::Limit { what, .. } if what.starts_with("compile time"))
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -132,9 +190,10 @@ pub struct Automaton {
 /// Compiles a JSON Schema.
 pub fn compile(schema: &serde_json::Value, cfg: &Config) -> Result<Arc<Automaton>, CompileError> {
     let t0 = Instant::now();
-    let b = crate::schema::Builder::new(schema, cfg)?;
+    let deadline = Deadline::new(cfg.limits.time_ms);
+    let b = crate::schema::Builder::new(schema, cfg, deadline)?;
     let (ir, relaxed) = b.build()?;
-    let m = Machine::new(ir, cfg.whitespace);
+    let m = Machine::new(ir, cfg.whitespace, &deadline)?;
     let root = &m.ir.nodes[m.ir.root as usize];
     if root.min_len == u64::MAX {
         return Err(CompileError::Empty {

@@ -6,6 +6,12 @@ use regex_automata::dfa::{dense, Automaton, StartKind};
 use regex_automata::util::{start, syntax};
 use regex_automata::Anchored;
 
+use crate::compile::Deadline;
+
+/// Work items between two looks at the clock in the loops below.
+const CLOCK_EVERY: usize = 1024;
+const OUT_OF_TIME: &str = "out of compile time";
+
 /// State 0 is dead. `accept[s]`: the input read so far is a full match.
 #[derive(Debug, Clone)]
 pub struct Dfa {
@@ -29,7 +35,12 @@ impl Dfa {
     }
 
     /// `pat` must already be anchored at both ends. Errors carry regex-automata's message.
-    pub fn from_regex(pat: &str, max_states: usize) -> Result<Dfa, String> {
+    /// (regex-automata's determinization is bounded by its size limits, not the deadline.)
+    pub(crate) fn from_regex(
+        pat: &str,
+        max_states: usize,
+        deadline: &Deadline,
+    ) -> Result<Dfa, String> {
         let re = dense::Builder::new()
             .configure(
                 dense::Config::new()
@@ -74,6 +85,9 @@ impl Dfa {
         accept.push(false);
         let mut i = 0;
         while i < order.len() {
+            if i % CLOCK_EVERY == 0 && deadline.expired() {
+                return Err(OUT_OF_TIME.into());
+            }
             let s = order[i];
             let me = (i + 1) as usize;
             if re.is_quit_state(s) {
@@ -115,7 +129,12 @@ impl Dfa {
     }
 
     /// Intersection.
-    pub fn product(&self, o: &Dfa, max_states: usize) -> Result<Dfa, String> {
+    pub(crate) fn product(
+        &self,
+        o: &Dfa,
+        max_states: usize,
+        deadline: &Deadline,
+    ) -> Result<Dfa, String> {
         let mut pair_class = std::collections::HashMap::new();
         let mut classes = [0u8; 256];
         let mut reps = Vec::new();
@@ -136,6 +155,9 @@ impl Dfa {
         let mut accept = vec![false, false];
         let mut i = 0;
         while i < order.len() {
+            if i % CLOCK_EVERY == 0 && deadline.expired() {
+                return Err(OUT_OF_TIME.into());
+            }
             let (a, b) = order[i];
             let me = i + 1;
             accept[me] = self.accept[a as usize] && o.accept[b as usize];
@@ -249,16 +271,25 @@ fn weight(b: u8) -> u32 {
 }
 
 impl LenTable {
-    pub fn build(d: &Dfa, cap: u32, max_bits: usize) -> Result<LenTable, String> {
+    /// Layer by layer: `L[k]`, the states with an accepted suffix of exactly `k` characters,
+    /// is `F(L[k-1])` for one map `F` (a lead-byte edge back, then continuation-byte edges
+    /// back), so the layers become periodic as soon as one repeats, and the table costs
+    /// O(min(cap, first repeat) x edges) plus one bit per state and length. (Propagating
+    /// whole length sets to a fixpoint instead went round a cycle once per length: a
+    /// `format: uri` with `maxLength: 65536` took minutes.)
+    pub(crate) fn build(
+        d: &Dfa,
+        cap: u32,
+        max_bits: usize,
+        deadline: &Deadline,
+    ) -> Result<LenTable, String> {
         let n = d.len();
         let words = cap as usize / 64 + 1;
         if n.saturating_mul(words * 64) > max_bits {
             return Err(format!("{} DFA states x {} lengths", n, cap + 1));
         }
-        let mut bits = vec![0u64; n * words];
-        // Distinct (target, weight) edges per state.
-        let mut edges: Vec<Vec<(u32, u32)>> = vec![Vec::new(); n];
-        let mut preds: Vec<Vec<u32>> = vec![Vec::new(); n];
+        // Distinct predecessors per state, by edge weight.
+        let mut pre: [Vec<Vec<u32>>; 2] = [vec![Vec::new(); n], vec![Vec::new(); n]];
         for s in 1..n {
             let mut e: Vec<(u32, u32)> = (0..=255u8)
                 .map(|b| (d.next(s as u32, b), weight(b)))
@@ -266,63 +297,93 @@ impl LenTable {
                 .collect();
             e.sort_unstable();
             e.dedup();
-            for &(t, _) in &e {
-                preds[t as usize].push(s as u32);
-            }
-            edges[s] = e;
-            if d.accept[s] {
-                bits[s * words] |= 1;
+            for (t, w) in e {
+                pre[w as usize][t as usize].push(s as u32);
             }
         }
-        let mut work: Vec<u32> = (1..n as u32).collect();
-        let mut queued = vec![true; n];
-        let mut tmp = vec![0u64; words];
-        while let Some(s) = work.pop() {
-            queued[s as usize] = false;
-            let s = s as usize;
-            tmp.copy_from_slice(&bits[s * words..(s + 1) * words]);
-            for &(t, w) in &edges[s] {
-                let t = t as usize;
-                for i in 0..words {
-                    let src = bits[t * words + i];
-                    let v = if w == 0 {
-                        src
-                    } else {
-                        (src << 1)
-                            | if i > 0 {
-                                bits[t * words + i - 1] >> 63
-                            } else {
-                                0
-                            }
-                    };
-                    tmp[i] |= v;
-                }
-                if w == 1 && (bits[t * words + (cap as usize) / 64] >> (cap % 64)) & 1 == 1 {
-                    tmp[cap as usize / 64] |= 1 << (cap % 64);
-                }
-            }
-            // Saturate: anything beyond cap folds into cap.
-            let ci = cap as usize / 64;
-            let cb = cap % 64;
-            let hi_mask = if cb == 63 { 0 } else { !0u64 << (cb + 1) };
-            if tmp[ci] & hi_mask != 0 {
-                tmp[ci] = (tmp[ci] & !hi_mask) | (1 << cb);
-            }
-            let mut changed = false;
-            for i in 0..words {
-                if tmp[i] != bits[s * words + i] {
-                    changed = true;
-                    bits[s * words + i] = tmp[i];
-                }
-            }
-            if changed {
-                for &p in &preds[s] {
-                    if !queued[p as usize] {
-                        queued[p as usize] = true;
-                        work.push(p);
+        let lw = n.div_ceil(64);
+        let has = |l: &[u64], s: usize| (l[s / 64] >> (s % 64)) & 1 == 1;
+        // Adds every state that reaches `l` over continuation bytes alone.
+        let close0 = |mut l: Vec<u64>| -> Vec<u64> {
+            let mut stack: Vec<usize> = (1..n).filter(|&s| has(&l, s)).collect();
+            while let Some(t) = stack.pop() {
+                for &p in &pre[0][t] {
+                    let p = p as usize;
+                    if !has(&l, p) {
+                        l[p / 64] |= 1 << (p % 64);
+                        stack.push(p);
                     }
                 }
             }
+            l
+        };
+        let step = |l: &[u64]| -> Vec<u64> {
+            let mut out = vec![0u64; lw];
+            for t in (1..n).filter(|&t| has(l, t)) {
+                for &p in &pre[1][t] {
+                    out[p as usize / 64] |= 1 << (p % 64);
+                }
+            }
+            close0(out)
+        };
+        // Layers 0..=upto of the sequence from `first`, as (layers, start of the cycle):
+        // layer k >= len is layers[c + (k - c) % (len - c)].
+        let layers = |first: Vec<u64>, upto: usize| -> Result<(Vec<Vec<u64>>, usize), String> {
+            let mut seen: std::collections::HashMap<Vec<u64>, usize> = Default::default();
+            let mut seq = vec![first];
+            loop {
+                let last = seq.last().expect("one layer at least");
+                if let Some(&j) = seen.get(last) {
+                    seq.pop();
+                    return Ok((seq, j));
+                }
+                if seq.len() > upto {
+                    return Ok((seq, usize::MAX));
+                }
+                if deadline.expired() {
+                    return Err(OUT_OF_TIME.into());
+                }
+                seen.insert(last.clone(), seq.len() - 1);
+                let next = step(last);
+                seq.push(next);
+            }
+        };
+        let at = |seq: &[Vec<u64>], c: usize, k: usize| -> usize {
+            if k < seq.len() {
+                k
+            } else {
+                c + (k - c) % (seq.len() - c)
+            }
+        };
+        let mut accept = vec![0u64; lw];
+        for s in (1..n).filter(|&s| d.accept[s]) {
+            accept[s / 64] |= 1 << (s % 64);
+        }
+        let mut bits = vec![0u64; n * words];
+        let (exact, c) = layers(close0(accept.clone()), cap as usize)?;
+        for k in 0..cap as usize {
+            let l = &exact[at(&exact, c, k)];
+            for s in (1..n).filter(|&s| has(l, s)) {
+                bits[s * words + k / 64] |= 1 << (k % 64);
+            }
+        }
+        // Bit `cap`: `cap` characters lead to a state that still reaches a match.
+        let mut live = accept;
+        let mut stack: Vec<usize> = (1..n).filter(|&s| has(&live, s)).collect();
+        while let Some(t) = stack.pop() {
+            for &p in pre[0][t].iter().chain(&pre[1][t]) {
+                let p = p as usize;
+                if !has(&live, p) {
+                    live[p / 64] |= 1 << (p % 64);
+                    stack.push(p);
+                }
+            }
+        }
+        let (far, c) = layers(live, cap as usize)?;
+        let l = &far[at(&far, c, cap as usize)];
+        let k = cap as usize;
+        for s in (1..n).filter(|&s| has(l, s)) {
+            bits[s * words + k / 64] |= 1 << (k % 64);
         }
         Ok(LenTable { cap, words, bits })
     }
@@ -338,5 +399,84 @@ impl LenTable {
         }
         let base = s as usize * self.words;
         (lo..=hi).any(|r| (self.bits[base + r as usize / 64] >> (r % 64)) & 1 == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counts reachable from each state, by a forward search over (state, saturated count).
+    fn reference(d: &Dfa, cap: u32) -> Vec<Vec<bool>> {
+        let n = d.len();
+        let mut out = vec![vec![false; cap as usize + 1]; n];
+        for (s0, row) in out.iter_mut().enumerate().skip(1) {
+            let mut seen = std::collections::HashSet::new();
+            let mut stack = vec![(s0 as u32, 0u32)];
+            seen.insert((s0 as u32, 0u32));
+            while let Some((s, c)) = stack.pop() {
+                if d.accept[s as usize] {
+                    row[c as usize] = true;
+                }
+                for b in 0..=255u8 {
+                    let t = d.next(s, b);
+                    if t == 0 {
+                        continue;
+                    }
+                    let nc = (c + weight(b)).min(cap);
+                    if seen.insert((t, nc)) {
+                        stack.push((t, nc));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn length_tables_match_a_forward_search() {
+        let dl = Deadline::new(60_000);
+        let pats = [
+            r"^(?:aaa|aaaaa)*$",
+            r"^[a-z][a-z0-9_]*$",
+            r"^(?:é|ab|x{3})+z?$",
+            r"^(?:[0-9]{4}-[0-9]{2})?$",
+            r"^(?:(?:ab)*c|d(?:efg)*)$",
+            r"^[^\x00-\x1f]{2,5}(?:€€)*$",
+        ];
+        for p in pats {
+            let d = Dfa::from_regex(p, 10_000, &dl).unwrap();
+            for cap in [0u32, 1, 2, 7, 13, 64, 65, 130] {
+                let t = LenTable::build(&d, cap, 1 << 30, &dl).unwrap();
+                let r = reference(&d, cap);
+                for (s, row) in r.iter().enumerate().skip(1) {
+                    for k in 0..=cap {
+                        assert_eq!(
+                            t.any_in(s as u32, k, k),
+                            row[k as usize],
+                            "{p} cap {cap} state {s} length {k}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_long_length_bound_is_cheap() {
+        // `format: uri` with `maxLength: 65536` (JsonSchemaStore sourcery_yaml_schema.json)
+        // once propagated length sets around the DFA's cycles one length at a time.
+        let dl = Deadline::new(60_000);
+        let re = crate::schema::pattern::format_regex("uri").unwrap();
+        let d = Dfa::from_regex(&re, 20_000, &dl).unwrap();
+        let t0 = std::time::Instant::now();
+        let t = LenTable::build(&d, 65_537, 64 << 20, &dl).unwrap();
+        assert!(t.any_in(d.start, 10, 65_536));
+        assert!(
+            t0.elapsed().as_secs_f64() < 2.0,
+            "{:?} for {} states",
+            t0.elapsed(),
+            d.len()
+        );
     }
 }

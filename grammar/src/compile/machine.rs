@@ -7,7 +7,7 @@
 //! completion still exists after it, so no thread is ever a dead end.
 
 use super::num;
-use crate::compile::Whitespace;
+use crate::compile::{CompileError, Deadline, Whitespace};
 use crate::ir::{Alt, Ir, NodeId, LIT_FALSE, LIT_NULL, LIT_TRUE};
 
 const EXTRA: u32 = u32::MAX;
@@ -150,7 +150,13 @@ fn lead(b: u8) -> Option<(u8, u8)> {
 }
 
 impl Machine {
-    pub fn new(ir: Ir, ws: Whitespace) -> Machine {
+    /// Builds the tables the steps read; the shortest-length pass stops with the time limit
+    /// error once `deadline` passes.
+    pub(crate) fn new(
+        ir: Ir,
+        ws: Whitespace,
+        deadline: &Deadline,
+    ) -> Result<Machine, CompileError> {
         let ws_max = match ws {
             Whitespace::Compact => 0,
             Whitespace::Flexible { max_run } => max_run,
@@ -163,7 +169,7 @@ impl Machine {
             suffix_live: Vec::new(),
             next_req: Vec::new(),
         };
-        m.compute_min_lens();
+        m.compute_min_lens(deadline)?;
         for o in &m.ir.objs {
             let n = o.props.len();
             let mut sl = vec![0u32; n + 1];
@@ -182,7 +188,7 @@ impl Machine {
         }
         m.suffix_live = suffix_live;
         m.next_req = next_req;
-        m
+        Ok(m)
     }
 
     fn live(&self, n: NodeId) -> bool {
@@ -1127,14 +1133,20 @@ impl Machine {
     }
 
     /// Shortest lengths of every node (a fixpoint: recursion through children), then drop
-    /// the alternatives that have no valid text.
-    fn compute_min_lens(&mut self) {
+    /// the alternatives that have no valid text. Lengths only fall, and children are
+    /// numbered after their parents, so sweeping from the last node converges in a few
+    /// sweeps; the deadline bounds the rest (one sweep per cycle length at worst).
+    fn compute_min_lens(&mut self, deadline: &Deadline) -> Result<(), CompileError> {
         const INF: u64 = u64::MAX;
         let mut leaf: std::collections::HashMap<Alt, u64> = std::collections::HashMap::new();
         for n in &self.ir.nodes {
             for &a in &n.alts {
                 if matches!(a, Alt::Arr(_) | Alt::Obj(_)) || leaf.contains_key(&a) {
                     continue;
+                }
+                if matches!(a, Alt::Str(_)) {
+                    // A bounded search per string spec, but there may be many.
+                    deadline.check(&n.ptr)?;
                 }
                 let l = self.alt_min_text(a).map_or(INF, |t| t.len() as u64);
                 leaf.insert(a, l);
@@ -1143,7 +1155,10 @@ impl Machine {
         let mut lens: Vec<u64> = vec![INF; self.ir.nodes.len()];
         loop {
             let mut changed = false;
-            for i in 0..self.ir.nodes.len() {
+            for i in (0..self.ir.nodes.len()).rev() {
+                if i % 1024 == 0 {
+                    deadline.check(&self.ir.nodes[i].ptr)?;
+                }
                 let mut best = INF;
                 for &a in &self.ir.nodes[i].alts {
                     let l = match a {
@@ -1182,6 +1197,7 @@ impl Machine {
             self.ir.nodes[i].alts = keep;
             self.ir.nodes[i].alt_len = al;
         }
+        Ok(())
     }
 
     fn single_alt_len(&self, a: Alt, lens: &[u64]) -> u64 {

@@ -10,13 +10,12 @@ pub mod pattern;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::rc::Rc;
-use std::time::Instant;
 
 use serde_json::{Map, Value};
 
 use crate::compile::dfa::{Dfa, LenTable};
 use crate::compile::num;
-use crate::compile::{CompileError, Config, Relaxed};
+use crate::compile::{CompileError, Config, Deadline, Relaxed};
 use crate::ir::*;
 
 type Key = Vec<u32>;
@@ -154,11 +153,31 @@ fn json_eq(a: &Value, b: &Value) -> bool {
     }
 }
 
+/// Fills in the pointer of a limit error raised where it was not known.
+fn at_ptr(e: CompileError, ptr: &str) -> CompileError {
+    match e {
+        CompileError::Limit {
+            what,
+            given,
+            limit,
+            pointer,
+        } if pointer.is_empty() => CompileError::Limit {
+            what,
+            given,
+            limit,
+            pointer: ptr.to_string(),
+        },
+        e => e,
+    }
+}
+
+/// `a` and `b` together: `Ok(None)` when a pattern decides a merged property and cannot be
+/// read, `Ok(Some(None))` when nothing satisfies both.
 fn intersect(
     a: &Typed,
     b: &Typed,
-    pk: &mut dyn FnMut(&Typed, &str) -> Option<Key>,
-) -> Option<Option<Typed>> {
+    pk: &mut dyn FnMut(&Typed, &str) -> Result<Option<Key>, CompileError>,
+) -> Result<Option<Option<Typed>>, CompileError> {
     let mut r = a.clone();
     r.t &= b.t;
     // INT and NUM: NUM includes integers.
@@ -176,7 +195,7 @@ fn intersect(
     r.hi = a.hi.min(b.hi);
     r.q = match (a.q / gcd(a.q, b.q)).checked_mul(b.q) {
         Some(q) => q,
-        None => return Some(None),
+        None => return Ok(Some(None)),
     };
     r.smin = a.smin.max(b.smin);
     r.smax = min_opt(a.smax, b.smax);
@@ -193,7 +212,10 @@ fn intersect(
         if props.iter().any(|(n, _)| n == name) {
             continue;
         }
-        props.push((name.clone(), union_key(&pk(a, name)?, &pk(b, name)?)));
+        let (Some(ka), Some(kb)) = (pk(a, name)?, pk(b, name)?) else {
+            return Ok(None);
+        };
+        props.push((name.clone(), union_key(&ka, &kb)));
     }
     r.props = props;
     for q in &b.req {
@@ -220,9 +242,9 @@ fn intersect(
         ),
     };
     if r.t == 0 || r.lits.as_ref().is_some_and(|l| l.is_empty()) {
-        return Some(None);
+        return Ok(Some(None));
     }
-    Some(Some(r))
+    Ok(Some(Some(r)))
 }
 
 /// Keywords that carry no constraint.
@@ -262,8 +284,10 @@ pub struct Builder<'a> {
     pub ir: Ir,
     pub relaxed: Vec<Relaxed>,
     dfa_memo: HashMap<Vec<String>, Option<u32>>,
+    key_memo: HashMap<Key, Rc<Vec<Typed>>>,
+    lit_ids: HashMap<Vec<u8>, u32>,
     len_memo: HashMap<(u32, u32), u32>,
-    deadline: Instant,
+    deadline: Deadline,
     depth: usize,
     fmt_lits: usize,
 }
@@ -291,7 +315,11 @@ fn esc_ptr(s: &str) -> String {
 }
 
 impl<'a> Builder<'a> {
-    pub fn new(root: &'a Value, cfg: &'a Config) -> Result<Builder<'a>, CompileError> {
+    pub(crate) fn new(
+        root: &'a Value,
+        cfg: &'a Config,
+        deadline: Deadline,
+    ) -> Result<Builder<'a>, CompileError> {
         let draft = match root.get("$schema").and_then(Value::as_str) {
             Some(s) if s.contains("draft-04") || s.contains("draft-03") => Draft::D4,
             Some(s) if s.contains("draft-06") => Draft::D6,
@@ -314,8 +342,10 @@ impl<'a> Builder<'a> {
             ir: Ir::default(),
             relaxed: Vec::new(),
             dfa_memo: HashMap::new(),
+            key_memo: HashMap::new(),
+            lit_ids: HashMap::new(),
             len_memo: HashMap::new(),
-            deadline: Instant::now() + std::time::Duration::from_millis(cfg.limits.time_ms),
+            deadline,
             depth: 0,
             fmt_lits: 0,
         };
@@ -329,6 +359,7 @@ impl<'a> Builder<'a> {
                     what: "schema values",
                     given: count,
                     limit: cfg.limits.schema_values,
+                    pointer: String::new(),
                 });
             }
             if d > cfg.limits.depth {
@@ -336,6 +367,7 @@ impl<'a> Builder<'a> {
                     what: "schema depth",
                     given: d,
                     limit: cfg.limits.depth,
+                    pointer: ptr,
                 });
             }
             match v {
@@ -420,15 +452,8 @@ impl<'a> Builder<'a> {
         }
     }
 
-    fn check_time(&self) -> Result<(), CompileError> {
-        if Instant::now() > self.deadline {
-            return Err(CompileError::Limit {
-                what: "compile time (ms)",
-                given: self.cfg.limits.time_ms as usize + 1,
-                limit: self.cfg.limits.time_ms as usize,
-            });
-        }
-        Ok(())
+    fn check_time(&self, ptr: &str) -> Result<(), CompileError> {
+        self.deadline.check(ptr)
     }
 
     fn resolve_ref(&mut self, r: &str, at: &str) -> Result<u32, CompileError> {
@@ -486,8 +511,8 @@ impl<'a> Builder<'a> {
         if let Some(r) = self.dnf_memo.get(&loc) {
             return Ok(r.clone());
         }
-        self.check_time()?;
         let ptr = self.locs[loc as usize].clone();
+        self.check_time(&ptr)?;
         if self.in_progress.contains(&loc) {
             return Err(CompileError::Unsupported {
                 keyword: "$ref".into(),
@@ -495,14 +520,15 @@ impl<'a> Builder<'a> {
                 why: "a reference cycle that does not go through a property or item".into(),
             });
         }
-        self.depth += 1;
-        if self.depth > self.cfg.limits.depth {
+        if self.depth + 1 > self.cfg.limits.depth {
             return Err(CompileError::Limit {
                 what: "combinator depth",
-                given: self.depth,
+                given: self.depth + 1,
                 limit: self.cfg.limits.depth,
+                pointer: ptr,
             });
         }
+        self.depth += 1;
         self.in_progress.insert(loc);
         let r = self.dnf_inner(loc, &ptr);
         self.in_progress.remove(&loc);
@@ -515,8 +541,10 @@ impl<'a> Builder<'a> {
     fn conj(&mut self, a: Vec<Typed>, b: &[Typed], ptr: &str) -> Result<Vec<Typed>, CompileError> {
         let mut out = Vec::new();
         for x in &a {
+            self.check_time(ptr)?;
             for y in b {
-                let r = intersect(x, y, &mut |t: &Typed, n: &str| self.prop_key_full(t, n));
+                let r = intersect(x, y, &mut |t: &Typed, n: &str| self.prop_key_full(t, n))
+                    .map_err(|e| at_ptr(e, ptr))?;
                 match r {
                     Some(Some(z)) => out.push(z),
                     Some(None) => {}
@@ -529,13 +557,16 @@ impl<'a> Builder<'a> {
                     }
                 }
             }
+            if out.len() > self.cfg.limits.alternatives {
+                break;
+            }
         }
         if out.len() > self.cfg.limits.alternatives {
-            let _ = ptr;
             return Err(CompileError::Limit {
                 what: "alternatives after distributing anyOf/oneOf/allOf",
                 given: out.len(),
                 limit: self.cfg.limits.alternatives,
+                pointer: ptr.to_string(),
             });
         }
         Ok(out)
@@ -905,11 +936,11 @@ impl<'a> Builder<'a> {
                 real.push(Rc::new(self.conj(vec![base.clone()], b, &kp)?));
             }
             let mut narrowed = real.clone();
-            self.separate(&mut narrowed, &real);
+            self.separate(&mut narrowed, &real, &kp)?;
             let mut overlap = None;
             'o: for i in 0..narrowed.len() {
                 for j in 0..narrowed.len() {
-                    if i != j && !self.dnf_disjoint(&narrowed[i], &real[j], 3) {
+                    if i != j && !self.dnf_disjoint(&narrowed[i], &real[j], 3)? {
                         overlap = Some((i, j));
                         break 'o;
                     }
@@ -935,7 +966,7 @@ impl<'a> Builder<'a> {
         }
         // `not S`: the parts of the siblings that certainly fail every alternative of S.
         for (kp, d) in nots {
-            let cur = self.fail_all(vec![base.clone()], &d);
+            let cur = self.fail_all(vec![base.clone()], &d, &kp)?;
             if cur.is_empty() {
                 self.unsupported(
                     "not",
@@ -950,7 +981,7 @@ impl<'a> Builder<'a> {
         for (kp, d, then, els) in ifs {
             let a = self.conj(vec![base.clone()], &d, &kp)?;
             let mut a = self.conj(a, &then, &kp)?;
-            let b = self.fail_all(vec![base.clone()], &d);
+            let b = self.fail_all(vec![base.clone()], &d, &kp)?;
             let b = self.conj(b, &els, &kp)?;
             a.extend(b);
             if a.is_empty() {
@@ -971,7 +1002,12 @@ impl<'a> Builder<'a> {
     /// Narrows `oneOf` branches so that what each generates fails the others: a value of
     /// branch i omits a property another branch requires (S1), or carries a property a
     /// closed branch does not list (S2). Narrowing only drops instances, so it stays sound.
-    fn separate(&mut self, branches: &mut [Rc<Vec<Typed>>], real: &[Rc<Vec<Typed>>]) {
+    fn separate(
+        &mut self,
+        branches: &mut [Rc<Vec<Typed>>],
+        real: &[Rc<Vec<Typed>>],
+        ptr: &str,
+    ) -> Result<(), CompileError> {
         let n = branches.len();
         for i in 0..n {
             let mut cur: Vec<Typed> = (*branches[i]).clone();
@@ -983,30 +1019,36 @@ impl<'a> Builder<'a> {
                 for y in others.iter() {
                     let mut next = Vec::new();
                     for c in cur {
-                        next.extend(self.narrow(c, y));
+                        next.extend(self.narrow(c, y, ptr)?);
                     }
                     cur = next;
                     if cur.len() > self.cfg.limits.alternatives {
-                        return;
+                        return Ok(());
                     }
                 }
             }
             branches[i] = Rc::new(cur);
         }
+        Ok(())
     }
 
-    fn fail_all(&mut self, mut cur: Vec<Typed>, d: &[Typed]) -> Vec<Typed> {
+    fn fail_all(
+        &mut self,
+        mut cur: Vec<Typed>,
+        d: &[Typed],
+        ptr: &str,
+    ) -> Result<Vec<Typed>, CompileError> {
         for y in d {
             let mut next = Vec::new();
             for c in cur {
-                next.extend(self.narrow(c, y));
+                next.extend(self.narrow(c, y, ptr)?);
             }
             cur = next;
             if cur.len() > self.cfg.limits.alternatives {
-                return Vec::new();
+                return Ok(Vec::new());
             }
         }
-        cur
+        Ok(cur)
     }
 
     fn loc_of(&mut self, ptr: &str) -> u32 {
@@ -1014,9 +1056,11 @@ impl<'a> Builder<'a> {
     }
 
     /// Parts of `c` whose values all fail `y` (a subset of `c`; empty if none found).
-    fn narrow(&mut self, c: Typed, y: &Typed) -> Vec<Typed> {
-        if self.typed_disjoint(&c, y, 3) {
-            return vec![c];
+    /// Stops with the time limit error at `ptr` once the compile budget is spent.
+    fn narrow(&mut self, c: Typed, y: &Typed, ptr: &str) -> Result<Vec<Typed>, CompileError> {
+        self.check_time(ptr)?;
+        if self.typed_disjoint(&c, y, 3)? {
+            return Ok(vec![c]);
         }
         let mut out = Vec::new();
         for g in [T_NULL, T_BOOL, T_INT | T_NUM, T_STR, T_ARR, T_OBJ] {
@@ -1025,7 +1069,7 @@ impl<'a> Builder<'a> {
             }
             let mut cg = c.clone();
             cg.t &= g;
-            if self.typed_disjoint(&cg, y, 3) {
+            if self.typed_disjoint(&cg, y, 3)? {
                 out.push(cg);
                 continue;
             }
@@ -1072,76 +1116,108 @@ impl<'a> Builder<'a> {
                 }
             }
             for a in cands {
-                if self.typed_disjoint(&a, y, 3) {
+                if self.typed_disjoint(&a, y, 3)? {
                     out.push(a);
                 }
             }
         }
-        out
+        Ok(out)
     }
 
-    fn key_dnf(&mut self, k: &Key) -> Result<Vec<Typed>, CompileError> {
+    /// The conjunction a key stands for (memoised: the narrowing passes ask again and again).
+    fn key_dnf(&mut self, k: &Key) -> Result<Rc<Vec<Typed>>, CompileError> {
+        if let Some(r) = self.key_memo.get(k) {
+            return Ok(r.clone());
+        }
         let mut acc = vec![Typed::any()];
         for &l in k {
             let d = self.dnf(l)?;
             acc = self.conj(acc, &d, "")?;
         }
-        Ok(acc)
+        let r = Rc::new(acc);
+        self.key_memo.insert(k.clone(), r.clone());
+        Ok(r)
     }
 
-    fn dnf_disjoint(&mut self, a: &[Typed], b: &[Typed], depth: u32) -> bool {
-        a.iter()
-            .all(|x| b.iter().all(|y| self.typed_disjoint(x, y, depth)))
-    }
-
-    fn key_disjoint(&mut self, a: &Key, b: &Key, depth: u32) -> bool {
-        if depth == 0 {
-            return false;
+    /// `key_dnf` for passes that read an error as "not sure": only the time limit stops them.
+    fn key_dnf_or_unsure(&mut self, k: &Key) -> Result<Option<Rc<Vec<Typed>>>, CompileError> {
+        match self.key_dnf(k) {
+            Ok(d) => Ok(Some(d)),
+            Err(e) if e.is_time_limit() => Err(e),
+            Err(_) => Ok(None),
         }
-        let (Ok(x), Ok(y)) = (self.key_dnf(a), self.key_dnf(b)) else {
-            return false;
+    }
+
+    fn dnf_disjoint(&mut self, a: &[Typed], b: &[Typed], depth: u32) -> Result<bool, CompileError> {
+        for x in a {
+            for y in b {
+                if !self.typed_disjoint(x, y, depth)? {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    fn key_disjoint(&mut self, a: &Key, b: &Key, depth: u32) -> Result<bool, CompileError> {
+        if depth == 0 {
+            return Ok(false);
+        }
+        let (Some(x), Some(y)) = (self.key_dnf_or_unsure(a)?, self.key_dnf_or_unsure(b)?) else {
+            return Ok(false);
         };
         self.dnf_disjoint(&x, &y, depth - 1)
     }
 
     /// True only when no JSON value satisfies both (as the validator reads them).
-    fn typed_disjoint(&mut self, a: &Typed, b: &Typed, depth: u32) -> bool {
+    fn typed_disjoint(&mut self, a: &Typed, b: &Typed, depth: u32) -> Result<bool, CompileError> {
         // Literal sets decide alone.
         if let Some(la) = a.lits.clone() {
-            return la
-                .iter()
-                .all(|v| !self.value_ok(a, v, true) || !self.value_ok(b, v, true));
+            for v in &la {
+                if self.value_ok(a, v, true)? && self.value_ok(b, v, true)? {
+                    return Ok(false);
+                }
+            }
+            return Ok(true);
         }
         if let Some(lb) = b.lits.clone() {
-            return lb
-                .iter()
-                .all(|v| !self.value_ok(b, v, true) || !self.value_ok(a, v, true));
+            for v in &lb {
+                if self.value_ok(b, v, true)? && self.value_ok(a, v, true)? {
+                    return Ok(false);
+                }
+            }
+            return Ok(true);
         }
         let common = a.t & b.t;
         if common & (T_NULL | T_BOOL) != 0 {
-            return false;
+            return Ok(false);
         }
         if a.t & (T_INT | T_NUM) != 0
             && b.t & (T_INT | T_NUM) != 0
             && a.lo.max(b.lo) <= a.hi.min(b.hi)
         {
-            return false;
+            return Ok(false);
         }
         if common & T_STR != 0 {
             let lo = a.smin.max(b.smin);
             let hi = min_opt(a.smax, b.smax);
             if hi.is_none_or(|h| lo <= h) {
-                return false;
+                return Ok(false);
             }
         }
         if common & T_ARR != 0 {
             let lo = a.amin.max(b.amin);
             let hi = min_opt(a.amax, b.amax);
             let by_len = hi.is_some_and(|h| lo > h);
-            let by_item = (0..a.amin.min(b.amin) as usize)
-                .any(|i| self.key_disjoint(&a.item_key(i), &b.item_key(i), depth));
+            let mut by_item = false;
+            for i in 0..a.amin.min(b.amin) as usize {
+                if self.key_disjoint(&a.item_key(i), &b.item_key(i), depth)? {
+                    by_item = true;
+                    break;
+                }
+            }
             if !by_len && !by_item {
-                return false;
+                return Ok(false);
             }
         }
         if common & T_OBJ != 0 {
@@ -1154,74 +1230,74 @@ impl<'a> Builder<'a> {
                     let ra = a.req.contains(&n);
                     let rb = b.req.contains(&n);
                     let (Some(ka), Some(kb)) =
-                        (self.prop_key_full(a, &n), self.prop_key_full(b, &n))
+                        (self.prop_key_full(a, &n)?, self.prop_key_full(b, &n)?)
                     else {
-                        return false;
+                        return Ok(false);
                     };
                     // Required on one side, impossible on the other.
                     if (ra && kb == vec![FALSE_LOC]) || (rb && ka == vec![FALSE_LOC]) {
                         ok = true;
                         break;
                     }
-                    if ra && rb && self.key_disjoint(&ka, &kb, depth) {
+                    if ra && rb && self.key_disjoint(&ka, &kb, depth)? {
                         ok = true;
                         break;
                     }
                 }
             }
             if !ok {
-                return false;
+                return Ok(false);
             }
         }
-        true
+        Ok(true)
     }
 
     /// Does `v` satisfy `t`? `superset`: read formats as satisfied (the real format is wider
     /// than our regex); otherwise decide conservatively (false when unsure).
-    fn value_ok(&mut self, t: &Typed, v: &Value, superset: bool) -> bool {
+    fn value_ok(&mut self, t: &Typed, v: &Value, superset: bool) -> Result<bool, CompileError> {
         if let Some(l) = &t.lits {
             if !l.iter().any(|w| json_eq(v, w)) {
-                return false;
+                return Ok(false);
             }
         }
         match v {
-            Value::Null => t.t & T_NULL != 0,
-            Value::Bool(_) => t.t & T_BOOL != 0,
+            Value::Null => Ok(t.t & T_NULL != 0),
+            Value::Bool(_) => Ok(t.t & T_BOOL != 0),
             Value::Number(n) => {
                 if t.t & (T_INT | T_NUM) == 0 {
-                    return false;
+                    return Ok(false);
                 }
                 let s = n.to_string();
                 let Some((x, exact)) = num::scaled(&s) else {
-                    return superset;
+                    return Ok(superset);
                 };
                 if !exact || x.abs() >= BIG {
-                    return superset;
+                    return Ok(superset);
                 }
                 if t.t & T_NUM == 0 {
                     let plain = s.bytes().all(|c| c.is_ascii_digit() || c == b'-');
                     if !plain && !superset {
-                        return false;
+                        return Ok(false);
                     }
                     if x % SCALE != 0 {
-                        return false;
+                        return Ok(false);
                     }
                 }
-                x >= t.lo && x <= t.hi && x % t.q == 0
+                Ok(x >= t.lo && x <= t.hi && x % t.q == 0)
             }
             Value::String(s) => {
                 if t.t & T_STR == 0 {
-                    return false;
+                    return Ok(false);
                 }
                 let n = s.chars().count() as u32;
                 if n < t.smin || t.smax.is_some_and(|m| n > m) {
-                    return false;
+                    return Ok(false);
                 }
                 for (re, _, is_fmt) in t.pats.clone() {
                     if is_fmt && superset {
                         continue;
                     }
-                    match self.dfa_for(&[re]) {
+                    match self.dfa_for(&[re])? {
                         Ok(Some(d)) => {
                             let dfa = &self.ir.dfas[d as usize];
                             let mut st = dfa.start;
@@ -1229,49 +1305,49 @@ impl<'a> Builder<'a> {
                                 st = dfa.next(st, b);
                             }
                             if st == 0 || !dfa.accept[st as usize] {
-                                return false;
+                                return Ok(false);
                             }
                         }
-                        Ok(None) => return false,
-                        Err(_) => return superset,
+                        Ok(None) => return Ok(false),
+                        Err(_) => return Ok(superset),
                     }
                 }
-                true
+                Ok(true)
             }
             Value::Array(a) => {
                 if t.t & T_ARR == 0
                     || (a.len() as u32) < t.amin
                     || t.amax.is_some_and(|m| a.len() as u32 > m)
                 {
-                    return false;
+                    return Ok(false);
                 }
                 for (i, x) in a.iter().enumerate() {
                     let k = t.item_key(i);
-                    if !self.value_ok_key(&k, x, superset) {
-                        return false;
+                    if !self.value_ok_key(&k, x, superset)? {
+                        return Ok(false);
                     }
                 }
-                true
+                Ok(true)
             }
             Value::Object(o) => {
                 if t.t & T_OBJ == 0
                     || (o.len() as u32) < t.omin
                     || t.omax.is_some_and(|m| o.len() as u32 > m)
                 {
-                    return false;
+                    return Ok(false);
                 }
                 if t.req.iter().any(|r| !o.contains_key(r)) {
-                    return false;
+                    return Ok(false);
                 }
                 for (k, x) in o {
-                    let Some(key) = self.prop_key_full(t, k) else {
-                        return superset;
+                    let Some(key) = self.prop_key_full(t, k)? else {
+                        return Ok(superset);
                     };
-                    if !self.value_ok_key(&key, x, superset) {
-                        return false;
+                    if !self.value_ok_key(&key, x, superset)? {
+                        return Ok(false);
                     }
                 }
-                true
+                Ok(true)
             }
         }
     }
@@ -1279,7 +1355,7 @@ impl<'a> Builder<'a> {
     /// The key of property `name` in `t`: its listed schema and every matching
     /// `patternProperties` schema, else `additionalProperties`. `None`: a pattern cannot
     /// be read.
-    fn prop_key_full(&mut self, t: &Typed, name: &str) -> Option<Key> {
+    fn prop_key_full(&mut self, t: &Typed, name: &str) -> Result<Option<Key>, CompileError> {
         let listed = t
             .props
             .iter()
@@ -1288,7 +1364,7 @@ impl<'a> Builder<'a> {
         let mut matched = false;
         let mut k = listed.clone().unwrap_or_default();
         for (re, _, pk) in &t.pprops {
-            match self.dfa_for(std::slice::from_ref(re)) {
+            match self.dfa_for(std::slice::from_ref(re))? {
                 Ok(Some(d)) => {
                     let dfa = &self.ir.dfas[d as usize];
                     let mut st = dfa.start;
@@ -1301,39 +1377,61 @@ impl<'a> Builder<'a> {
                     }
                 }
                 Ok(None) => {}
-                Err(_) => return None,
+                Err(_) => return Ok(None),
             }
         }
         if listed.is_none() && !matched {
             k = union_key(&k, &t.extra.clone().unwrap_or_default());
         }
-        Some(k)
+        Ok(Some(k))
     }
 
-    fn value_ok_key(&mut self, k: &Key, v: &Value, superset: bool) -> bool {
-        match self.key_dnf(k) {
-            Ok(d) => d.iter().any(|t| self.value_ok(t, v, superset)),
-            Err(_) => superset,
+    fn value_ok_key(&mut self, k: &Key, v: &Value, superset: bool) -> Result<bool, CompileError> {
+        let Some(d) = self.key_dnf_or_unsure(k)? else {
+            return Ok(superset);
+        };
+        for t in d.iter() {
+            if self.value_ok(t, v, superset)? {
+                return Ok(true);
+            }
         }
+        Ok(false)
     }
 
     // ---------- lexical automata ----------
 
-    /// The DFA of the intersection of anchored regexes (`None`: the language is empty).
-    fn dfa_for(&mut self, res: &[String]) -> Result<Option<u32>, String> {
+    /// The DFA of the intersection of anchored regexes (`Ok(None)`: the language is empty;
+    /// `Err(msg)`: the regexes cannot be read). The outer error is the time limit alone.
+    #[allow(clippy::type_complexity)]
+    fn dfa_for(&mut self, res: &[String]) -> Result<Result<Option<u32>, String>, CompileError> {
         let mut key: Vec<String> = res.to_vec();
         key.sort();
         key.dedup();
         if let Some(r) = self.dfa_memo.get(&key) {
-            return Ok(*r);
+            return Ok(Ok(*r));
         }
+        self.check_time("")?;
         let lim = self.cfg.limits.dfa_states;
+        let dl = self.deadline;
+        let stop = |e: String| -> Result<Result<Option<u32>, String>, CompileError> {
+            if dl.expired() {
+                Err(dl.error(""))
+            } else {
+                Ok(Err(e))
+            }
+        };
         let mut acc: Option<Dfa> = None;
         for r in &key {
-            let d = Dfa::from_regex(r, lim)?;
+            let d = match Dfa::from_regex(r, lim, &dl) {
+                Ok(d) => d,
+                Err(e) => return stop(e),
+            };
             acc = Some(match acc {
                 None => d,
-                Some(a) => a.product(&d, lim)?,
+                Some(a) => match a.product(&d, lim, &dl) {
+                    Ok(p) => p,
+                    Err(e) => return stop(e),
+                },
             });
         }
         let acc = acc.expect("at least one regex");
@@ -1344,7 +1442,7 @@ impl<'a> Builder<'a> {
             Some(self.ir.dfas.len() as u32 - 1)
         };
         self.dfa_memo.insert(key, out);
-        Ok(out)
+        Ok(Ok(out))
     }
 
     // ---------- nodes ----------
@@ -1377,30 +1475,37 @@ impl<'a> Builder<'a> {
     }
 
     fn lit(&mut self, text: Vec<u8>) -> u32 {
-        if let Some(i) = self.ir.lits.iter().position(|l| *l == text) {
-            return i as u32;
+        if let Some(&i) = self.lit_ids.get(&text) {
+            return i;
         }
+        let i = self.ir.lits.len() as u32;
+        self.lit_ids.insert(text.clone(), i);
         self.ir.lits.push(text);
-        self.ir.lits.len() as u32 - 1
+        i
     }
 
     pub fn build(mut self) -> Result<(Ir, Vec<Relaxed>), CompileError> {
-        self.ir.lits = vec![b"null".to_vec(), b"true".to_vec(), b"false".to_vec()];
+        for l in [&b"null"[..], b"true", b"false"] {
+            self.lit(l.to_vec());
+        }
         let root = self.loc("");
         self.ir.root = self.node_for(vec![root]);
         while let Some((id, k)) = self.queue.pop_front() {
-            self.check_time()?;
+            let ptr = self.ir.nodes[id as usize].ptr.clone();
+            self.check_time(&ptr)?;
             if self.ir.nodes.len() > self.cfg.limits.ir_nodes {
                 return Err(CompileError::Limit {
                     what: "IR nodes",
                     given: self.ir.nodes.len(),
                     limit: self.cfg.limits.ir_nodes,
+                    pointer: ptr,
                 });
             }
-            let d = self.key_dnf(&k)?;
-            let ptr = self.ir.nodes[id as usize].ptr.clone();
+            let d = self.key_dnf(&k).map_err(|e| at_ptr(e, &ptr))?;
+            // Built once; the narrowing passes no longer need it.
+            self.key_memo.remove(&k);
             let mut alts = Vec::new();
-            for t in &d {
+            for t in d.iter() {
                 self.lower(t, &ptr, &mut alts)?;
             }
             alts.dedup();
@@ -1413,13 +1518,14 @@ impl<'a> Builder<'a> {
         if let Some(lits) = t.lits.clone() {
             let mut rest = t.clone();
             rest.lits = None;
+            let mut seen: HashSet<Alt> = alts.iter().copied().collect();
             for v in &lits {
-                if self.value_ok(&rest, v, false) {
+                if self.value_ok(&rest, v, false).map_err(|e| at_ptr(e, ptr))? {
                     let text = serde_json::to_string(v)
                         .expect("a Value serialises")
                         .into_bytes();
                     let id = self.lit(text);
-                    if !alts.contains(&Alt::Lit(id)) {
+                    if seen.insert(Alt::Lit(id)) {
                         alts.push(Alt::Lit(id));
                     }
                 } else {
@@ -1498,7 +1604,7 @@ impl<'a> Builder<'a> {
             }
             let mut props = Vec::new();
             for (n, required) in names {
-                let Some(k) = self.prop_key_full(t, &n) else {
+                let Some(k) = self.prop_key_full(t, &n).map_err(|e| at_ptr(e, ptr))? else {
                     self.unsupported("patternProperties", ptr, "a pattern the DFA cannot read")?;
                     continue;
                 };
@@ -1553,7 +1659,7 @@ impl<'a> Builder<'a> {
             (None, None)
         } else {
             let res: Vec<String> = pats.iter().map(|p| p.0.clone()).collect();
-            let d = match self.dfa_for(&res) {
+            let d = match self.dfa_for(&res).map_err(|e| at_ptr(e, ptr))? {
                 Ok(Some(d)) => d,
                 Ok(None) => return Ok(None),
                 Err(e) => {
@@ -1567,6 +1673,7 @@ impl<'a> Builder<'a> {
                             what: "DFA states",
                             given: self.cfg.limits.dfa_states + 1,
                             limit: self.cfg.limits.dfa_states,
+                            pointer: ptr.to_string(),
                         });
                     }
                     self.unsupported(kw, ptr, &e)?;
@@ -1585,11 +1692,18 @@ impl<'a> Builder<'a> {
                             &self.ir.dfas[d as usize],
                             cap,
                             self.cfg.limits.length_bits,
+                            &self.deadline,
                         )
-                        .map_err(|_| CompileError::Limit {
-                            what: "DFA states x string lengths",
-                            given: self.ir.dfas[d as usize].len() * (cap as usize + 1),
-                            limit: self.cfg.limits.length_bits,
+                        .map_err(|_| {
+                            if self.deadline.expired() {
+                                return self.deadline.error(ptr);
+                            }
+                            CompileError::Limit {
+                                what: "DFA states x string lengths",
+                                given: self.ir.dfas[d as usize].len() * (cap as usize + 1),
+                                limit: self.cfg.limits.length_bits,
+                                pointer: ptr.to_string(),
+                            }
                         })?;
                         self.ir.lens.push(lt);
                         let l = self.ir.lens.len() as u32 - 1;
