@@ -6,7 +6,8 @@
 //! JSONSchemaBench schemas under `$FORMWORK_SHARED/data/jsonschemabench` (default
 //! `../shared` next to the repository; skipped with a message when absent).
 //! `FORMWORK_MATCHER_SCHEMAS` sets the sample size (default 40). With the cached GGUF
-//! models present, a few schemas also run on the SmolLM2 and Gemma 3 vocabularies.
+//! models present, token walks run on the SmolLM2 and Gemma 3 vocabularies over the fixtures
+//! and 200 bench schemas ([`token_walks_on_real_vocabularies_are_valid`]).
 
 mod matcher_support;
 
@@ -231,5 +232,211 @@ fn compiled_schemas_on_real_vocabularies() {
             let text = walk(&a, &g, &trie, 1, min + 8, &format!("{mname}/{name}"));
             validate(schema, &text, name);
         }
+    }
+}
+
+/// FNV-1a: a fixed order that mixes the JSONSchemaBench subsets.
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The fixtures and the first `n` JSONSchemaBench schemas in hash order.
+fn token_corpus(n: usize) -> Vec<(String, Value)> {
+    let mut out: Vec<(String, Value)> = corpus()
+        .into_iter()
+        .filter(|(name, _)| !name.contains('/'))
+        .collect();
+    let root = shared().join("data/jsonschemabench");
+    let mut bench: Vec<(u64, String, PathBuf)> = Vec::new();
+    for d in std::fs::read_dir(&root).into_iter().flatten().flatten() {
+        for f in std::fs::read_dir(d.path()).into_iter().flatten().flatten() {
+            let p = f.path();
+            if p.extension().is_some_and(|x| x == "json") {
+                let name = p.strip_prefix(&root).unwrap_or(&p).display().to_string();
+                bench.push((fnv(&name), name, p));
+            }
+        }
+    }
+    bench.sort();
+    for (_, name, p) in bench.into_iter().take(n) {
+        if let Ok(v) = serde_json::from_str(&std::fs::read_to_string(&p).unwrap_or_default()) {
+            out.push((name, v));
+        }
+    }
+    out
+}
+
+/// One random token walk through `Matcher::compute_mask`/`commit` under a budget. Each step
+/// checks the chosen token and a few random others against the byte automaton (a full
+/// brute-force mask over 262k Gemma tokens per step is too slow here); the text is returned
+/// for the validator.
+fn token_walk(
+    a: &Arc<Automaton>,
+    g: &Arc<Grammar>,
+    trie: &Arc<TokTrie>,
+    seed: u64,
+    budget: usize,
+) -> Result<Vec<u8>, String> {
+    let mut m = Matcher::new(g.clone(), trie.clone());
+    m.set_budget(budget);
+    let mut rng = Rng::new(seed);
+    let mut st = a.start();
+    let mut mask = TokenSet::new(trie.vocab_size());
+    let mut text = Vec::new();
+    let eos = trie.eos_ids()[0];
+    let takes = |st: &<Automaton as ByteAutomaton>::State, t: u32| {
+        let mut s = st.clone();
+        trie.token_bytes(t).iter().all(|&b| match a.step(&s, b) {
+            Some(x) => {
+                s = x;
+                true
+            }
+            None => false,
+        })
+    };
+    for _ in 0..=budget {
+        m.compute_mask(&mut mask);
+        let choices: Vec<u32> = mask.iter().filter(|&t| !trie.is_eos(t)).collect();
+        // Spot checks: an allowed token is taken by the automaton; without steering, a
+        // refused usable token is refused by it too.
+        for _ in 0..8 {
+            let t = rng.below(trie.vocab_size()) as u32;
+            if trie.is_eos(t) || !trie.is_usable(t) {
+                continue;
+            }
+            let (allowed, ok) = (mask.contains(t), takes(&st, t));
+            if (allowed && !ok) || (!allowed && ok && !m.is_steering()) {
+                return Err(format!(
+                    "mask says {allowed} for token {:?}, the automaton {ok}, after {:?}",
+                    String::from_utf8_lossy(trie.token_bytes(t)),
+                    String::from_utf8_lossy(&text)
+                ));
+            }
+        }
+        if choices.is_empty() || (m.is_accepting() && rng.below(5) == 0) {
+            if !mask.contains(eos) || !a.is_accepting(&st) {
+                return Err(format!(
+                    "dead end (EOS allowed: {}) after {:?}",
+                    mask.contains(eos),
+                    String::from_utf8_lossy(&text)
+                ));
+            }
+            m.commit(eos).map_err(|e| format!("EOS refused: {e:?}"))?;
+            return Ok(text);
+        }
+        let t = choices[rng.below(choices.len())];
+        if !takes(&st, t) {
+            return Err(format!(
+                "mask allowed {:?}, which the automaton refuses after {:?}",
+                String::from_utf8_lossy(trie.token_bytes(t)),
+                String::from_utf8_lossy(&text)
+            ));
+        }
+        m.commit(t).map_err(|e| format!("commit refused: {e:?}"))?;
+        for &b in trie.token_bytes(t) {
+            st = a.step(&st, b).expect("checked above");
+        }
+        text.extend_from_slice(trie.token_bytes(t));
+    }
+    Err(format!(
+        "budget {budget} exceeded after {:?}",
+        String::from_utf8_lossy(&text)
+    ))
+}
+
+/// Token-level soundness on the real SmolLM2 and Gemma 3 vocabularies: random walks through
+/// the allowed tokens, over the fixtures and the first 200 JSONSchemaBench schemas of a fixed
+/// order (`FORMWORK_TOKEN_SCHEMAS`), 3 walks each on SmolLM2 and 1 on Gemma 3
+/// (`FORMWORK_TOKEN_WALKS` sets both); every text the matcher ends must satisfy the
+/// jsonschema validator. About 90 s in the test profile on 2 cores. Skipped, with a message,
+/// without the cached GGUF files; the bench part is skipped without the shared data.
+#[test]
+fn token_walks_on_real_vocabularies_are_valid() {
+    use rayon::prelude::*;
+
+    let models = model_paths();
+    for (m, p) in [("smollm2", "smollm2-135m"), ("gemma3", "gemma3-270m")] {
+        if !models.iter().any(|(n, _)| *n == m) {
+            eprintln!("SKIPPED ({m}): no GGUF file under ~/.cache/formwork/models/{p} (set FORMWORK_MODELS to a folder holding {p}/)");
+        }
+    }
+    let n: usize = std::env::var("FORMWORK_TOKEN_SCHEMAS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    let walks_env: Option<u64> = std::env::var("FORMWORK_TOKEN_WALKS")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    let schemas = token_corpus(n);
+    let compiled: Vec<(
+        &str,
+        &Value,
+        Arc<Automaton>,
+        Arc<Grammar>,
+        jsonschema::Validator,
+    )> = schemas
+        .par_iter()
+        .filter_map(|(name, s)| {
+            let v = jsonschema::options()
+                .should_validate_formats(true)
+                .build(s)
+                .ok()?;
+            let a = compile(s, &Config::default()).ok()?;
+            let g = Grammar::new(a.clone());
+            Some((name.as_str(), s, a, g, v))
+        })
+        .collect();
+    for (mname, path) in models {
+        // Gemma's 262k tokens make each steered step about 15 times dearer.
+        let walks = walks_env.unwrap_or(if mname == "gemma3" { 1 } else { 3 });
+        let t0 = std::time::Instant::now();
+        let (bytes, special, eos) = gguf_vocab(&path).expect("GGUF vocabulary");
+        let trie = &Arc::new(TokTrie::new(bytes, &special, &eos));
+        let failures: Vec<String> = compiled
+            .par_iter()
+            .enumerate()
+            .flat_map_iter(|(i, (name, _, a, g, v))| {
+                let min = a.shortest_completion(&a.start()).len();
+                (0..walks).filter_map(move |w| {
+                    let seed = (i as u64) * 16 + w;
+                    let r = token_walk(a, g, trie, seed, min + 24).and_then(|text| {
+                        let inst: Value = serde_json::from_slice(&text).map_err(|e| {
+                            format!("not JSON ({e}): {:?}", String::from_utf8_lossy(&text))
+                        })?;
+                        match v.validate(&inst) {
+                            Ok(()) => Ok(()),
+                            Err(e) => Err(format!(
+                                "invalid ({e}): {:?}",
+                                String::from_utf8_lossy(&text)
+                            )),
+                        }
+                    });
+                    r.err().map(|e| format!("{mname}/{name} seed {seed}: {e}"))
+                })
+            })
+            .collect();
+        eprintln!(
+            "{mname}: {} schemas compiled of {}, {} walks each, {} failures, {:.1} s",
+            compiled.len(),
+            schemas.len(),
+            walks,
+            failures.len(),
+            t0.elapsed().as_secs_f64()
+        );
+        assert!(
+            failures.is_empty(),
+            "{} failures:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
+    }
+    if n >= 200 && shared().join("data/jsonschemabench").is_dir() {
+        assert!(
+            compiled.len() >= 180,
+            "only {} schemas compiled",
+            compiled.len()
+        );
     }
 }
