@@ -97,6 +97,11 @@ pub struct Machine {
     next_req: Vec<Vec<u32>>,
 }
 
+#[inline]
+fn add(set: &mut [u64; 4], b: u8) {
+    set[b as usize >> 6] |= 1u64 << (b & 63);
+}
+
 fn is_ws(b: u8) -> bool {
     matches!(b, b' ' | b'\n' | b'\t' | b'\r')
 }
@@ -1286,6 +1291,207 @@ impl Machine {
             // The root after its value has nothing more to add.
         }
         Some(out)
+    }
+
+    // ---------- allowed bytes ----------
+
+    /// Exactly the bytes `b` for which [`Machine::step`] from `s` is `Some`, as a 256-bit
+    /// set (byte `b` at bit `b % 64` of word `b / 64`). It mirrors `advance` frame by frame
+    /// without cloning threads; the `allowed_bytes_match_step` test pins the equality.
+    pub fn allowed_bytes(&self, s: &State) -> [u64; 4] {
+        let mut set = [0u64; 4];
+        for t in &s.threads {
+            if let Some((top, below)) = t.split_last() {
+                self.top_bytes(below, top, &mut set);
+            }
+        }
+        set
+    }
+
+    /// The bytes `advance` takes for a thread `below` + `[top]`.
+    fn top_bytes(&self, below: &[Frame], top: &Frame, set: &mut [u64; 4]) {
+        // Where whitespace is read first, a value byte never is.
+        let ws = |set: &mut [u64; 4], n: u32| {
+            if n < self.ws_max {
+                for b in [b' ', b'\n', b'\t', b'\r'] {
+                    add(set, b);
+                }
+            }
+        };
+        match *top {
+            Frame::Root { ph, ws: n } => {
+                if ph != 1 {
+                    ws(set, n);
+                }
+                if ph == 0 {
+                    self.value_first_bytes(self.ir.root, set);
+                }
+            }
+            Frame::Lit { id, pos } => {
+                if let Some(&b) = self.ir.lits[id as usize].get(pos as usize) {
+                    add(set, b);
+                }
+            }
+            Frame::Num { spec, ref buf } => {
+                let ns = &self.ir.nums[spec as usize];
+                // `num::allows` re-serialises the prefix: nothing else passes.
+                for &b in b"-.0123456789" {
+                    if num::allows(ns, buf, b) {
+                        add(set, b);
+                    }
+                }
+                if num::accepting(ns, buf) {
+                    if let Some((parent, rest)) = below.split_last() {
+                        let mut p = vec![parent.clone()];
+                        self.child_done(&mut p);
+                        self.top_bytes(rest, &p[0], set);
+                    }
+                }
+            }
+            Frame::Str { .. } => self.str_bytes(top, set),
+            Frame::Arr {
+                spec,
+                count,
+                ph,
+                ws: n,
+            } => {
+                let a = &self.ir.arrs[spec as usize];
+                if ph != ArrPh::InValue {
+                    ws(set, n);
+                }
+                if matches!(ph, ArrPh::Open | ArrPh::After) && count >= a.min {
+                    add(set, b']');
+                }
+                if ph == ArrPh::After && self.arr_can_add(spec, count) {
+                    add(set, b',');
+                }
+                if matches!(ph, ArrPh::Open | ArrPh::Comma) {
+                    if let Some(n) = self.arr_item(spec, count) {
+                        if self.arr_can_add(spec, count) {
+                            self.value_first_bytes(n, set);
+                        }
+                    }
+                }
+            }
+            Frame::Obj {
+                spec,
+                next,
+                emitted,
+                ph,
+                ws: n,
+            } => {
+                let o = &self.ir.objs[spec as usize];
+                if matches!(
+                    ph,
+                    ObjPh::Open
+                        | ObjPh::Comma
+                        | ObjPh::Colon { .. }
+                        | ObjPh::Value { .. }
+                        | ObjPh::After
+                ) {
+                    ws(set, n);
+                }
+                match ph {
+                    ObjPh::Open | ObjPh::Comma => {
+                        if ph == ObjPh::Open && self.obj_can_close(spec, next, emitted) {
+                            add(set, b'}');
+                        }
+                        let mut key = self.extra_ok(spec, next, emitted);
+                        for j in next..o.props.len() as u32 {
+                            if key || self.prop_ok(spec, next, emitted, j) {
+                                key = true;
+                                break;
+                            }
+                            if o.props[j as usize].required {
+                                break;
+                            }
+                        }
+                        if key {
+                            add(set, b'"');
+                        }
+                    }
+                    ObjPh::Key { prop, pos } => {
+                        let key = &o.props[prop as usize].key;
+                        add(set, key.get(pos as usize).copied().unwrap_or(b'"'));
+                    }
+                    ObjPh::Colon { .. } => add(set, b':'),
+                    ObjPh::Value { prop } => {
+                        let n = if prop == EXTRA {
+                            o.extra.unwrap()
+                        } else {
+                            o.props[prop as usize].node
+                        };
+                        self.value_first_bytes(n, set);
+                    }
+                    ObjPh::After => {
+                        if self.obj_can_close(spec, next, emitted) {
+                            add(set, b'}');
+                        }
+                        if self.can_continue(spec, next, emitted) {
+                            add(set, b',');
+                        }
+                    }
+                    ObjPh::ExtraKey | ObjPh::InValue => {}
+                }
+            }
+        }
+    }
+
+    /// The first bytes of the values of node `n` (`start_value`'s tests).
+    fn value_first_bytes(&self, n: NodeId, set: &mut [u64; 4]) {
+        for alt in &self.ir.nodes[n as usize].alts {
+            match *alt {
+                Alt::Lit(id) => {
+                    // A literal is compact JSON: it never starts with whitespace.
+                    add(set, self.ir.lits[id as usize][0]);
+                }
+                Alt::Num(spec) => {
+                    let ns = &self.ir.nums[spec as usize];
+                    for &b in b"-0123456789" {
+                        if num::allows(ns, &[], b) {
+                            add(set, b);
+                        }
+                    }
+                }
+                Alt::Str(_) => add(set, b'"'),
+                Alt::Arr(_) => add(set, b'['),
+                Alt::Obj(_) => add(set, b'{'),
+            }
+        }
+    }
+
+    /// The bytes a string frame takes.
+    fn str_bytes(&self, f: &Frame, set: &mut [u64; 4]) {
+        let Frame::Str {
+            spec,
+            len,
+            lex,
+            utf,
+            ..
+        } = *f
+        else {
+            return;
+        };
+        let sp = &self.ir.strs[spec as usize];
+        if lex == 0 && utf == 0 && sp.dfa.is_none() && sp.max.is_none_or(|m| len < m) {
+            // Any character fits: printable ASCII and every UTF-8 lead byte (`lead`),
+            // except `"` and `\`, which are asked.
+            let mut own = [!0u64 << 32, !0, 0, ((1u64 << (0xF5 - 0xC0)) - 1) & !0b11];
+            for b in [b'"', b'\\'] {
+                if self.str_step(f, b).is_none() {
+                    own[b as usize >> 6] &= !(1u64 << (b & 63));
+                }
+            }
+            for (w, o) in set.iter_mut().zip(own) {
+                *w |= o;
+            }
+            return;
+        }
+        for b in 0..=255u8 {
+            if self.str_step(f, b).is_some() {
+                add(set, b);
+            }
+        }
     }
 
     pub fn plain_chars_allowed(&self, s: &State) -> Option<u32> {
