@@ -6,6 +6,8 @@
 //! take a byte die, equal threads merge. Every frame only takes a byte when a valid
 //! completion still exists after it, so no thread is ever a dead end.
 
+use std::sync::atomic::{AtomicU8, Ordering};
+
 use super::num;
 use crate::compile::Whitespace;
 use crate::ir::{Alt, Ir, NodeId, LIT_FALSE, LIT_NULL, LIT_TRUE};
@@ -95,7 +97,18 @@ pub struct Machine {
     suffix_live: Vec<Vec<u32>>,
     /// Per object spec: index of the first required property at or after i (or len).
     next_req: Vec<Vec<u32>>,
+    /// Per DFA and state: how many plain characters any text may take from it
+    /// ([`PLAIN_CAP`] at most), filled lazily; [`DEPTH_UNKNOWN`] until asked.
+    plain_depth: Vec<Vec<AtomicU8>>,
 }
+
+/// The plain hint never promises more than this many characters: the token side
+/// precomputes plain tokens of up to 32 characters.
+const PLAIN_CAP: u32 = 32;
+const DEPTH_UNKNOWN: u8 = u8::MAX;
+/// DFA lookups one plain-depth search may spend before it settles for the depth
+/// verified so far.
+const DEPTH_WORK: usize = 1 << 16;
 
 #[inline]
 fn add(set: &mut [u64; 4], b: u8) {
@@ -167,6 +180,7 @@ impl Machine {
             ws_max,
             suffix_live: Vec::new(),
             next_req: Vec::new(),
+            plain_depth: Vec::new(),
         };
         m.compute_min_lens();
         for o in &m.ir.objs {
@@ -187,6 +201,9 @@ impl Machine {
         }
         m.suffix_live = suffix_live;
         m.next_req = next_req;
+        m.plain_depth = (m.ir.dfas.iter())
+            .map(|d| (0..d.len()).map(|_| AtomicU8::new(DEPTH_UNKNOWN)).collect())
+            .collect();
         m
     }
 
@@ -1494,25 +1511,158 @@ impl Machine {
         }
     }
 
+    /// The plain-character hint (see [`crate::ByteAutomaton::plain_chars_allowed`]): the
+    /// largest `n` over the threads whose top is a string body at a character boundary
+    /// such that every run of at most `n` plain characters is taken. Without a pattern
+    /// that is the room left under `maxLength`; with one, the depth to which no run of
+    /// plain characters leads the DFA (and its length table) to a dead end, at most
+    /// [`PLAIN_CAP`].
     pub fn plain_chars_allowed(&self, s: &State) -> Option<u32> {
         let mut best: Option<u32> = None;
         for t in &s.threads {
-            if let Some(Frame::Str {
+            if let Some(&Frame::Str {
                 spec,
                 len,
+                dfa,
                 lex: 0,
                 utf: 0,
                 ..
             }) = t.last()
             {
-                let sp = &self.ir.strs[*spec as usize];
-                if sp.dfa.is_none() {
-                    let n = sp.max.map_or(u32::MAX, |m| m - len);
-                    best = Some(best.map_or(n, |b: u32| b.max(n)));
+                let sp = &self.ir.strs[spec as usize];
+                let room = sp.max.map_or(u32::MAX, |m| m - len);
+                let n = match sp.dfa {
+                    None => room,
+                    Some(di) if sp.lens.is_none() => self.dfa_plain_depth(di, dfa).min(room),
+                    Some(_) => self.plain_search(spec, len, dfa, room.min(PLAIN_CAP)),
+                };
+                if n == 0 && sp.dfa.is_some() {
+                    continue;
                 }
+                best = Some(best.map_or(n, |b: u32| b.max(n)));
             }
         }
         best
+    }
+
+    /// [`Machine::plain_search`] for a pattern without length bounds, memoised per state.
+    fn dfa_plain_depth(&self, di: u32, d: u32) -> u32 {
+        let cell = &self.plain_depth[di as usize][d as usize];
+        let v = cell.load(Ordering::Relaxed);
+        if v != DEPTH_UNKNOWN {
+            return v as u32;
+        }
+        let n = self.plain_search_dfa(di, d, None, PLAIN_CAP);
+        cell.store(n as u8, Ordering::Relaxed);
+        n
+    }
+
+    /// The largest `k <= cap` such that every run of at most `k` plain characters is
+    /// taken by the string body of `spec` at length `len`, DFA state `d`.
+    fn plain_search(&self, spec: u32, len: u32, d: u32, cap: u32) -> u32 {
+        let sp = &self.ir.strs[spec as usize];
+        match sp.dfa {
+            None => sp.max.map_or(cap, |m| (m - len).min(cap)),
+            Some(di) => self.plain_search_dfa(di, d, Some((spec, len)), cap),
+        }
+    }
+
+    /// Level by level over the sets of DFA states reached after `k` plain characters,
+    /// byte by byte through the UTF-8 ranges `lead` and `cont_ok` allow. A byte is
+    /// taken when the DFA state is live and, with `lens`, `str_char`'s length test
+    /// passes. Stops at the first refused byte, at `cap`, or when the work runs out
+    /// (then the depth verified so far).
+    fn plain_search_dfa(&self, di: u32, d: u32, lens: Option<(u32, u32)>, cap: u32) -> u32 {
+        let dd = &self.ir.dfas[di as usize];
+        let ok = |q: u32, nlen: u32| -> bool {
+            if q == 0 {
+                return false;
+            }
+            let Some((spec, _)) = lens else {
+                return true;
+            };
+            let s = &self.ir.strs[spec as usize];
+            if s.max.is_some_and(|m| nlen > m) {
+                return false;
+            }
+            match s.lens {
+                Some(li) => {
+                    let lo = s.min.saturating_sub(nlen);
+                    let hi = s.max.map_or(u32::MAX, |m| m - nlen);
+                    self.ir.lens[li as usize].any_in(q, lo, hi)
+                }
+                None => true,
+            }
+        };
+        let len0 = lens.map_or(0, |(_, l)| l);
+        let mut work = 0usize;
+        let mut level: Vec<u32> = vec![d];
+        let mut next: Vec<u32> = Vec::new();
+        let mut pending: Vec<(u32, u8, u8)> = Vec::new();
+        let mut seen: Vec<(u32, u8, u8)> = Vec::new();
+        for k in 0..cap {
+            let nlen = len0.saturating_add(k + 1);
+            next.clear();
+            pending.clear();
+            seen.clear();
+            for &q in &level {
+                for b in 0x20u8..=0x7F {
+                    if b == b'"' || b == b'\\' {
+                        continue;
+                    }
+                    let q1 = dd.next(q, b);
+                    if !ok(q1, nlen) {
+                        return k;
+                    }
+                    next.push(q1);
+                }
+                for b in 0xC2u8..=0xF4 {
+                    let (n, code) = lead(b).unwrap();
+                    let q1 = dd.next(q, b);
+                    if !ok(q1, nlen) {
+                        return k;
+                    }
+                    let item = (q1, n, code);
+                    if !seen.contains(&item) {
+                        seen.push(item);
+                        pending.push(item);
+                    }
+                }
+                work += 0x60 + 0x33;
+            }
+            while let Some((q, rem, code)) = pending.pop() {
+                for c in 0x80u8..=0xBF {
+                    if !cont_ok(code, c) {
+                        continue;
+                    }
+                    let q2 = dd.next(q, c);
+                    if !ok(q2, nlen) {
+                        return k;
+                    }
+                    if rem == 1 {
+                        next.push(q2);
+                    } else {
+                        let item = (q2, rem - 1, 0);
+                        if !seen.contains(&item) {
+                            seen.push(item);
+                            pending.push(item);
+                        }
+                    }
+                }
+                work += 0x40 + seen.len();
+                if work > DEPTH_WORK {
+                    return k;
+                }
+            }
+            next.sort_unstable();
+            next.dedup();
+            std::mem::swap(&mut level, &mut next);
+            work += level.len() * 8;
+            if work > DEPTH_WORK {
+                return k + 1;
+            }
+        }
+        cap
     }
 
     /// Does the node accept exactly this text (compact)? Used for literal filtering.
