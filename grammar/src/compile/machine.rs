@@ -97,9 +97,60 @@ pub struct Machine {
     suffix_live: Vec<Vec<u32>>,
     /// Per object spec: index of the first required property at or after i (or len).
     next_req: Vec<Vec<u32>>,
-    /// Per DFA and state: how many plain characters any text may take from it
-    /// ([`PLAIN_CAP`] at most), filled lazily; [`DEPTH_UNKNOWN`] until asked.
-    plain_depth: Vec<Vec<AtomicU8>>,
+    /// Per DFA: what the plain-character hint needs (see [`PlainDfa`]).
+    plain_dfa: Vec<PlainDfa>,
+}
+
+/// Per DFA, for the plain-character hint: one representative byte per byte class of
+/// each UTF-8 role, so a search looks up each class once, and the memoised depth.
+struct PlainDfa {
+    /// Plain ASCII (0x20..=0x7F but `"` and `\`).
+    ascii: Vec<u8>,
+    /// Lead bytes with their `lead` result, one per (class, count, range code).
+    leads: Vec<(u8, u8, u8)>,
+    /// Continuation bytes per range code of `cont_ok`.
+    conts: [Vec<u8>; 5],
+    /// Per state: how many plain characters any text may take from it ([`PLAIN_CAP`]
+    /// at most), filled lazily; [`DEPTH_UNKNOWN`] until asked.
+    depth: Vec<AtomicU8>,
+}
+
+impl PlainDfa {
+    fn new(d: &super::dfa::Dfa) -> PlainDfa {
+        let reps = |bytes: &mut dyn Iterator<Item = u8>| {
+            let mut seen = [false; 256];
+            let mut v = Vec::new();
+            for b in bytes {
+                let c = d.classes[b as usize] as usize;
+                if !seen[c] {
+                    seen[c] = true;
+                    v.push(b);
+                }
+            }
+            v
+        };
+        let ascii = reps(&mut (0x20u8..=0x7F).filter(|&b| b != b'"' && b != b'\\'));
+        let mut leads: Vec<(u8, u8, u8)> = Vec::new();
+        for b in 0xC2u8..=0xF4 {
+            let (n, code) = lead(b).unwrap();
+            let c = d.classes[b as usize];
+            if !leads
+                .iter()
+                .any(|&(x, m, k)| d.classes[x as usize] == c && m == n && k == code)
+            {
+                leads.push((b, n, code));
+            }
+        }
+        let conts = std::array::from_fn(|code| {
+            reps(&mut (0x80u8..=0xBF).filter(|&b| cont_ok(code as u8, b)))
+        });
+        PlainDfa {
+            ascii,
+            leads,
+            conts,
+            depth: (0..d.len()).map(|_| AtomicU8::new(DEPTH_UNKNOWN)).collect(),
+        }
+    }
 }
 
 /// The plain hint never promises more than this many characters: the token side
@@ -108,7 +159,7 @@ const PLAIN_CAP: u32 = 32;
 const DEPTH_UNKNOWN: u8 = u8::MAX;
 /// DFA lookups one plain-depth search may spend before it settles for the depth
 /// verified so far.
-const DEPTH_WORK: usize = 1 << 16;
+const DEPTH_WORK: usize = 1 << 14;
 
 #[inline]
 fn add(set: &mut [u64; 4], b: u8) {
@@ -180,7 +231,7 @@ impl Machine {
             ws_max,
             suffix_live: Vec::new(),
             next_req: Vec::new(),
-            plain_depth: Vec::new(),
+            plain_dfa: Vec::new(),
         };
         m.compute_min_lens();
         for o in &m.ir.objs {
@@ -201,9 +252,7 @@ impl Machine {
         }
         m.suffix_live = suffix_live;
         m.next_req = next_req;
-        m.plain_depth = (m.ir.dfas.iter())
-            .map(|d| (0..d.len()).map(|_| AtomicU8::new(DEPTH_UNKNOWN)).collect())
-            .collect();
+        m.plain_dfa = m.ir.dfas.iter().map(PlainDfa::new).collect();
         m
     }
 
@@ -1547,7 +1596,7 @@ impl Machine {
 
     /// [`Machine::plain_search`] for a pattern without length bounds, memoised per state.
     fn dfa_plain_depth(&self, di: u32, d: u32) -> u32 {
-        let cell = &self.plain_depth[di as usize][d as usize];
+        let cell = &self.plain_dfa[di as usize].depth[d as usize];
         let v = cell.load(Ordering::Relaxed);
         if v != DEPTH_UNKNOWN {
             return v as u32;
@@ -1568,12 +1617,14 @@ impl Machine {
     }
 
     /// Level by level over the sets of DFA states reached after `k` plain characters,
-    /// byte by byte through the UTF-8 ranges `lead` and `cont_ok` allow. A byte is
-    /// taken when the DFA state is live and, with `lens`, `str_char`'s length test
-    /// passes. Stops at the first refused byte, at `cap`, or when the work runs out
-    /// (then the depth verified so far).
+    /// byte by byte through the UTF-8 ranges `lead` and `cont_ok` allow (one byte per
+    /// class). A byte is taken when the DFA state is live and, with `lens`,
+    /// `str_char`'s length tests pass. Stops at the first refused byte, at `cap`, when
+    /// no new DFA state appears (without `lens`: then every depth is safe), or when the
+    /// work runs out (then the depth verified so far).
     fn plain_search_dfa(&self, di: u32, d: u32, lens: Option<(u32, u32)>, cap: u32) -> u32 {
         let dd = &self.ir.dfas[di as usize];
+        let pd = &self.plain_dfa[di as usize];
         let ok = |q: u32, nlen: u32| -> bool {
             if q == 0 {
                 return false;
@@ -1597,6 +1648,9 @@ impl Machine {
         let len0 = lens.map_or(0, |(_, l)| l);
         let mut work = 0usize;
         let mut level: Vec<u32> = vec![d];
+        // Without lengths the depth of a state depends on the state alone: once a level
+        // holds only states already expanded, nothing new can fail.
+        let mut expanded: Vec<u32> = Vec::new();
         let mut next: Vec<u32> = Vec::new();
         let mut pending: Vec<(u32, u8, u8)> = Vec::new();
         let mut seen: Vec<(u32, u8, u8)> = Vec::new();
@@ -1606,18 +1660,14 @@ impl Machine {
             pending.clear();
             seen.clear();
             for &q in &level {
-                for b in 0x20u8..=0x7F {
-                    if b == b'"' || b == b'\\' {
-                        continue;
-                    }
+                for &b in &pd.ascii {
                     let q1 = dd.next(q, b);
                     if !ok(q1, nlen) {
                         return k;
                     }
                     next.push(q1);
                 }
-                for b in 0xC2u8..=0xF4 {
-                    let (n, code) = lead(b).unwrap();
+                for &(b, n, code) in &pd.leads {
                     let q1 = dd.next(q, b);
                     if !ok(q1, nlen) {
                         return k;
@@ -1628,13 +1678,11 @@ impl Machine {
                         pending.push(item);
                     }
                 }
-                work += 0x60 + 0x33;
+                work += pd.ascii.len() + pd.leads.len() + seen.len();
             }
             while let Some((q, rem, code)) = pending.pop() {
-                for c in 0x80u8..=0xBF {
-                    if !cont_ok(code, c) {
-                        continue;
-                    }
+                let conts = &pd.conts[code as usize];
+                for &c in conts {
                     let q2 = dd.next(q, c);
                     if !ok(q2, nlen) {
                         return k;
@@ -1649,15 +1697,24 @@ impl Machine {
                         }
                     }
                 }
-                work += 0x40 + seen.len();
+                work += conts.len() + seen.len();
                 if work > DEPTH_WORK {
                     return k;
                 }
             }
             next.sort_unstable();
             next.dedup();
+            work += next.len() * 4;
+            if lens.is_none() {
+                expanded.extend_from_slice(&level);
+                expanded.sort_unstable();
+                next.retain(|q| expanded.binary_search(q).is_err());
+                if next.is_empty() {
+                    return cap;
+                }
+                work += expanded.len();
+            }
             std::mem::swap(&mut level, &mut next);
-            work += level.len() * 8;
             if work > DEPTH_WORK {
                 return k + 1;
             }
