@@ -270,10 +270,16 @@ impl<A: ByteAutomaton> Cache<A> {
             // instead of one per child of the trie root.
             self.info[s as usize].filtered = true;
             if let Some(set) = a.allowed_bytes(&self.states[s as usize]) {
-                for x in 0..256usize {
-                    if set[x >> 6] & (1u64 << (x & 63)) == 0 && self.trans[row + x] == UNKNOWN {
-                        self.trans[row + x] = REFUSED;
-                    }
+                // Only this function writes transitions, and it filters a row before
+                // its first write: the row is all `UNKNOWN` here.
+                let r: &mut [u32; 256] = (&mut self.trans[row..row + 256]).try_into().unwrap();
+                debug_assert!(r.iter().all(|&t| t == UNKNOWN));
+                for (x, t) in r.iter_mut().enumerate() {
+                    *t = if set[x >> 6] >> (x & 63) & 1 == 0 {
+                        REFUSED
+                    } else {
+                        UNKNOWN
+                    };
                 }
                 let t = self.trans[row + b as usize];
                 if t != UNKNOWN {

@@ -1553,6 +1553,35 @@ impl Machine {
             }
             return;
         }
+        if lex == 0 {
+            if let Some(di) = sp.dfa {
+                // `str_char` depends on the byte only through its DFA class: ask each
+                // class once. `"` and `\` are asked apart.
+                let classes = &self.ir.dfas[di as usize].classes;
+                let mut memo = [0u8; 256]; // 0 unknown, 1 taken, 2 refused
+                for b in 0..=255u8 {
+                    let byte_ok = if utf != 0 {
+                        cont_ok(utf & 0xF, b)
+                    } else {
+                        matches!(b, 0x20..=0x7F | 0xC2..=0xF4) && b != b'"' && b != b'\\'
+                    };
+                    if !byte_ok {
+                        if utf == 0 && (b == b'"' || b == b'\\') && self.str_step(f, b).is_some() {
+                            add(set, b);
+                        }
+                        continue;
+                    }
+                    let m = &mut memo[classes[b as usize] as usize];
+                    if *m == 0 {
+                        *m = if self.str_step(f, b).is_some() { 1 } else { 2 };
+                    }
+                    if *m == 1 {
+                        add(set, b);
+                    }
+                }
+                return;
+            }
+        }
         for b in 0..=255u8 {
             if self.str_step(f, b).is_some() {
                 add(set, b);
