@@ -99,13 +99,28 @@ enum Mask {
 }
 
 impl Mask {
+    /// Sparse when fewer than one token in 32 is allowed. One pass that skips zero
+    /// runs eight words at a time and stops counting as soon as the mask is dense
+    /// (counting every word costs microseconds at 262k tokens).
     fn from_set(set: &TokenSet) -> Mask {
-        let count = set.count();
-        if count * 32 < set.len() {
-            Mask::Sparse(set.iter().collect::<Vec<_>>().into_boxed_slice())
-        } else {
-            Mask::Dense(set.as_words().to_vec().into_boxed_slice())
+        let words = set.as_words();
+        let mut ids = Vec::new();
+        for (c, chunk) in words.chunks(8).enumerate() {
+            if chunk.iter().fold(0, |a, &w| a | w) == 0 {
+                continue;
+            }
+            for (i, &w) in chunk.iter().enumerate() {
+                let mut w = w;
+                while w != 0 {
+                    ids.push(((c * 8 + i) * 64) as u32 + w.trailing_zeros());
+                    w &= w - 1;
+                }
+            }
+            if ids.len() * 32 >= set.len() {
+                return Mask::Dense(words.to_vec().into_boxed_slice());
+            }
         }
+        Mask::Sparse(ids.into_boxed_slice())
     }
     fn write_to(&self, out: &mut TokenSet) {
         match self {
