@@ -25,12 +25,14 @@
 //! transition table (a refused byte skips its subtree); the automaton itself is
 //! asked only for transitions never seen before. States with the plain-character
 //! hint OR in precomputed sets and walk only the non-plain tokens. A new state costs
-//! one `step` per child of the trie root it is asked about (about 250), unless the
-//! automaton answers `allowed_bytes` for it.
+//! one `allowed_bytes` call (its refused bytes fill its row at once) and one `step`
+//! per allowed byte the walk reaches; without that hint, one `step` per child of the
+//! trie root (about 250).
 //!
 //! Measured (`cargo bench -p formwork-grammar --bench masks --features
-//! llguidance-bench`, 200 JSONSchemaBench schemas): a mask from the cache costs
-//! 0.1-0.4 µs at p50; an uncached one is dominated by first-time `step` calls.
+//! llguidance-bench`, `FORMWORK_BENCH_N=1000`): a mask from the cache costs 0.1-0.4 µs
+//! at p50; an uncached one (first document) about 4.5 µs at p50 and 190 µs at p99
+//! with 49k tokens, 7.6 µs and 340-460 µs with 262k, on a loaded 2-core machine.
 //!
 //! Concurrency: one mutex per grammar, taken once per call (never per trie node).
 //! Sequences of one schema on different threads serialise on mask misses and steps.
