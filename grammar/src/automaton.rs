@@ -45,6 +45,11 @@ pub trait ByteAutomaton: Send + Sync {
     /// state and then skips those bytes without calling `step`: a structural state that
     /// allows a handful of bytes otherwise costs one `step` per child of the trie root
     /// (about 250) the first time it is masked. `None` (the default) promises nothing.
+    ///
+    /// Contract: the matcher uses the set only as a filter. A byte outside it is
+    /// recorded as refused without calling `step`; a byte inside it is still stepped,
+    /// so a superset is sound and only an omitted byte is a bug. The compiled automaton
+    /// returns exactly the bytes `step` accepts (tested against `step` on random walks).
     fn allowed_bytes(&self, _s: &Self::State) -> Option<[u64; 4]> {
         None
     }

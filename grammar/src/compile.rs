@@ -294,4 +294,8 @@ impl ByteAutomaton for Automaton {
     fn plain_chars_allowed(&self, s: &State) -> Option<u32> {
         self.m.plain_chars_allowed(s)
     }
+    /// Exact: the matcher only uses it as a filter, but the equality is tested.
+    fn allowed_bytes(&self, s: &State) -> Option<[u64; 4]> {
+        Some(self.m.allowed_bytes(s))
+    }
 }

@@ -25,12 +25,14 @@
 //! transition table (a refused byte skips its subtree); the automaton itself is
 //! asked only for transitions never seen before. States with the plain-character
 //! hint OR in precomputed sets and walk only the non-plain tokens. A new state costs
-//! one `step` per child of the trie root it is asked about (about 250), unless the
-//! automaton answers `allowed_bytes` for it.
+//! one `allowed_bytes` call (its refused bytes fill its row at once) and one `step`
+//! per allowed byte the walk reaches; without that hint, one `step` per child of the
+//! trie root (about 250).
 //!
 //! Measured (`cargo bench -p formwork-grammar --bench masks --features
-//! llguidance-bench`, 200 JSONSchemaBench schemas): a mask from the cache costs
-//! 0.1-0.4 µs at p50; an uncached one is dominated by first-time `step` calls.
+//! llguidance-bench`, `FORMWORK_BENCH_N=1000`): a mask from the cache costs 0.1-0.4 µs
+//! at p50; an uncached one (first document) about 4.5 µs at p50 and 190 µs at p99
+//! with 49k tokens, 7.6 µs and 340-460 µs with 262k, on a loaded 2-core machine.
 //!
 //! Concurrency: one mutex per grammar, taken once per call (never per trie node).
 //! Sequences of one schema on different threads serialise on mask misses and steps.
@@ -99,13 +101,28 @@ enum Mask {
 }
 
 impl Mask {
+    /// Sparse when fewer than one token in 32 is allowed. One pass that skips zero
+    /// runs eight words at a time and stops counting as soon as the mask is dense
+    /// (counting every word costs microseconds at 262k tokens).
     fn from_set(set: &TokenSet) -> Mask {
-        let count = set.count();
-        if count * 32 < set.len() {
-            Mask::Sparse(set.iter().collect::<Vec<_>>().into_boxed_slice())
-        } else {
-            Mask::Dense(set.as_words().to_vec().into_boxed_slice())
+        let words = set.as_words();
+        let mut ids = Vec::new();
+        for (c, chunk) in words.chunks(8).enumerate() {
+            if chunk.iter().fold(0, |a, &w| a | w) == 0 {
+                continue;
+            }
+            for (i, &w) in chunk.iter().enumerate() {
+                let mut w = w;
+                while w != 0 {
+                    ids.push(((c * 8 + i) * 64) as u32 + w.trailing_zeros());
+                    w &= w - 1;
+                }
+            }
+            if ids.len() * 32 >= set.len() {
+                return Mask::Dense(words.to_vec().into_boxed_slice());
+            }
         }
+        Mask::Sparse(ids.into_boxed_slice())
     }
     fn write_to(&self, out: &mut TokenSet) {
         match self {
@@ -270,10 +287,16 @@ impl<A: ByteAutomaton> Cache<A> {
             // instead of one per child of the trie root.
             self.info[s as usize].filtered = true;
             if let Some(set) = a.allowed_bytes(&self.states[s as usize]) {
-                for x in 0..256usize {
-                    if set[x >> 6] & (1u64 << (x & 63)) == 0 && self.trans[row + x] == UNKNOWN {
-                        self.trans[row + x] = REFUSED;
-                    }
+                // Only this function writes transitions, and it filters a row before
+                // its first write: the row is all `UNKNOWN` here.
+                let r: &mut [u32; 256] = (&mut self.trans[row..row + 256]).try_into().unwrap();
+                debug_assert!(r.iter().all(|&t| t == UNKNOWN));
+                for (x, t) in r.iter_mut().enumerate() {
+                    *t = if set[x >> 6] >> (x & 63) & 1 == 0 {
+                        REFUSED
+                    } else {
+                        UNKNOWN
+                    };
                 }
                 let t = self.trans[row + b as usize];
                 if t != UNKNOWN {

@@ -6,6 +6,8 @@
 //! take a byte die, equal threads merge. Every frame only takes a byte when a valid
 //! completion still exists after it, so no thread is ever a dead end.
 
+use std::sync::atomic::{AtomicU8, Ordering};
+
 use super::num;
 use crate::compile::{CompileError, Deadline, Whitespace};
 use crate::ir::{Alt, Ir, NodeId, LIT_FALSE, LIT_NULL, LIT_TRUE};
@@ -95,6 +97,73 @@ pub struct Machine {
     suffix_live: Vec<Vec<u32>>,
     /// Per object spec: index of the first required property at or after i (or len).
     next_req: Vec<Vec<u32>>,
+    /// Per DFA: what the plain-character hint needs (see [`PlainDfa`]).
+    plain_dfa: Vec<PlainDfa>,
+}
+
+/// Per DFA, for the plain-character hint: one representative byte per byte class of
+/// each UTF-8 role, so a search looks up each class once, and the memoised depth.
+struct PlainDfa {
+    /// Plain ASCII (0x20..=0x7F but `"` and `\`).
+    ascii: Vec<u8>,
+    /// Lead bytes with their `lead` result, one per (class, count, range code).
+    leads: Vec<(u8, u8, u8)>,
+    /// Continuation bytes per range code of `cont_ok`.
+    conts: [Vec<u8>; 5],
+    /// Per state: how many plain characters any text may take from it ([`PLAIN_CAP`]
+    /// at most), filled lazily; [`DEPTH_UNKNOWN`] until asked.
+    depth: Vec<AtomicU8>,
+}
+
+impl PlainDfa {
+    fn new(d: &super::dfa::Dfa) -> PlainDfa {
+        let reps = |bytes: &mut dyn Iterator<Item = u8>| {
+            let mut seen = [false; 256];
+            let mut v = Vec::new();
+            for b in bytes {
+                let c = d.classes[b as usize] as usize;
+                if !seen[c] {
+                    seen[c] = true;
+                    v.push(b);
+                }
+            }
+            v
+        };
+        let ascii = reps(&mut (0x20u8..=0x7F).filter(|&b| b != b'"' && b != b'\\'));
+        let mut leads: Vec<(u8, u8, u8)> = Vec::new();
+        for b in 0xC2u8..=0xF4 {
+            let (n, code) = lead(b).unwrap();
+            let c = d.classes[b as usize];
+            if !leads
+                .iter()
+                .any(|&(x, m, k)| d.classes[x as usize] == c && m == n && k == code)
+            {
+                leads.push((b, n, code));
+            }
+        }
+        let conts = std::array::from_fn(|code| {
+            reps(&mut (0x80u8..=0xBF).filter(|&b| cont_ok(code as u8, b)))
+        });
+        PlainDfa {
+            ascii,
+            leads,
+            conts,
+            depth: (0..d.len()).map(|_| AtomicU8::new(DEPTH_UNKNOWN)).collect(),
+        }
+    }
+}
+
+/// The plain hint never promises more than this many characters: the token side
+/// precomputes plain tokens of up to 32 characters.
+const PLAIN_CAP: u32 = 32;
+const DEPTH_UNKNOWN: u8 = u8::MAX;
+/// DFA lookups one plain-depth search may spend before it settles for the depth
+/// verified so far.
+const DEPTH_WORK: usize = 1 << 14;
+
+#[inline]
+fn add(set: &mut [u64; 4], b: u8) {
+    set[b as usize >> 6] |= 1u64 << (b & 63);
 }
 
 fn is_ws(b: u8) -> bool {
@@ -168,6 +237,7 @@ impl Machine {
             ws_max,
             suffix_live: Vec::new(),
             next_req: Vec::new(),
+            plain_dfa: Vec::new(),
         };
         m.compute_min_lens(deadline)?;
         for o in &m.ir.objs {
@@ -188,6 +258,7 @@ impl Machine {
         }
         m.suffix_live = suffix_live;
         m.next_req = next_req;
+        m.plain_dfa = m.ir.dfas.iter().map(PlainDfa::new).collect();
         Ok(m)
     }
 
@@ -1304,25 +1375,396 @@ impl Machine {
         Some(out)
     }
 
+    // ---------- allowed bytes ----------
+
+    /// Exactly the bytes `b` for which [`Machine::step`] from `s` is `Some`, as a 256-bit
+    /// set (byte `b` at bit `b % 64` of word `b / 64`). It mirrors `advance` frame by frame
+    /// without cloning threads; the `allowed_bytes_match_step` test pins the equality.
+    pub fn allowed_bytes(&self, s: &State) -> [u64; 4] {
+        let mut set = [0u64; 4];
+        for t in &s.threads {
+            if let Some((top, below)) = t.split_last() {
+                self.top_bytes(below, top, &mut set);
+            }
+        }
+        set
+    }
+
+    /// The bytes `advance` takes for a thread `below` + `[top]`.
+    fn top_bytes(&self, below: &[Frame], top: &Frame, set: &mut [u64; 4]) {
+        // Where whitespace is read first, a value byte never is.
+        let ws = |set: &mut [u64; 4], n: u32| {
+            if n < self.ws_max {
+                for b in [b' ', b'\n', b'\t', b'\r'] {
+                    add(set, b);
+                }
+            }
+        };
+        match *top {
+            Frame::Root { ph, ws: n } => {
+                if ph != 1 {
+                    ws(set, n);
+                }
+                if ph == 0 {
+                    self.value_first_bytes(self.ir.root, set);
+                }
+            }
+            Frame::Lit { id, pos } => {
+                if let Some(&b) = self.ir.lits[id as usize].get(pos as usize) {
+                    add(set, b);
+                }
+            }
+            Frame::Num { spec, ref buf } => {
+                let ns = &self.ir.nums[spec as usize];
+                // `num::allows` re-serialises the prefix: nothing else passes.
+                for &b in b"-.0123456789" {
+                    if num::allows(ns, buf, b) {
+                        add(set, b);
+                    }
+                }
+                if num::accepting(ns, buf) {
+                    if let Some((parent, rest)) = below.split_last() {
+                        let mut p = vec![parent.clone()];
+                        self.child_done(&mut p);
+                        self.top_bytes(rest, &p[0], set);
+                    }
+                }
+            }
+            Frame::Str { .. } => self.str_bytes(top, set),
+            Frame::Arr {
+                spec,
+                count,
+                ph,
+                ws: n,
+            } => {
+                let a = &self.ir.arrs[spec as usize];
+                if ph != ArrPh::InValue {
+                    ws(set, n);
+                }
+                if matches!(ph, ArrPh::Open | ArrPh::After) && count >= a.min {
+                    add(set, b']');
+                }
+                if ph == ArrPh::After && self.arr_can_add(spec, count) {
+                    add(set, b',');
+                }
+                if matches!(ph, ArrPh::Open | ArrPh::Comma) {
+                    if let Some(n) = self.arr_item(spec, count) {
+                        if self.arr_can_add(spec, count) {
+                            self.value_first_bytes(n, set);
+                        }
+                    }
+                }
+            }
+            Frame::Obj {
+                spec,
+                next,
+                emitted,
+                ph,
+                ws: n,
+            } => {
+                let o = &self.ir.objs[spec as usize];
+                if matches!(
+                    ph,
+                    ObjPh::Open
+                        | ObjPh::Comma
+                        | ObjPh::Colon { .. }
+                        | ObjPh::Value { .. }
+                        | ObjPh::After
+                ) {
+                    ws(set, n);
+                }
+                match ph {
+                    ObjPh::Open | ObjPh::Comma => {
+                        if ph == ObjPh::Open && self.obj_can_close(spec, next, emitted) {
+                            add(set, b'}');
+                        }
+                        let mut key = self.extra_ok(spec, next, emitted);
+                        for j in next..o.props.len() as u32 {
+                            if key || self.prop_ok(spec, next, emitted, j) {
+                                key = true;
+                                break;
+                            }
+                            if o.props[j as usize].required {
+                                break;
+                            }
+                        }
+                        if key {
+                            add(set, b'"');
+                        }
+                    }
+                    ObjPh::Key { prop, pos } => {
+                        let key = &o.props[prop as usize].key;
+                        add(set, key.get(pos as usize).copied().unwrap_or(b'"'));
+                    }
+                    ObjPh::Colon { .. } => add(set, b':'),
+                    ObjPh::Value { prop } => {
+                        let n = if prop == EXTRA {
+                            o.extra.unwrap()
+                        } else {
+                            o.props[prop as usize].node
+                        };
+                        self.value_first_bytes(n, set);
+                    }
+                    ObjPh::After => {
+                        if self.obj_can_close(spec, next, emitted) {
+                            add(set, b'}');
+                        }
+                        if self.can_continue(spec, next, emitted) {
+                            add(set, b',');
+                        }
+                    }
+                    ObjPh::ExtraKey | ObjPh::InValue => {}
+                }
+            }
+        }
+    }
+
+    /// The first bytes of the values of node `n` (`start_value`'s tests).
+    fn value_first_bytes(&self, n: NodeId, set: &mut [u64; 4]) {
+        for alt in &self.ir.nodes[n as usize].alts {
+            match *alt {
+                Alt::Lit(id) => {
+                    // A literal is compact JSON: it never starts with whitespace.
+                    add(set, self.ir.lits[id as usize][0]);
+                }
+                Alt::Num(spec) => {
+                    let ns = &self.ir.nums[spec as usize];
+                    for &b in b"-0123456789" {
+                        if num::allows(ns, &[], b) {
+                            add(set, b);
+                        }
+                    }
+                }
+                Alt::Str(_) => add(set, b'"'),
+                Alt::Arr(_) => add(set, b'['),
+                Alt::Obj(_) => add(set, b'{'),
+            }
+        }
+    }
+
+    /// The bytes a string frame takes.
+    fn str_bytes(&self, f: &Frame, set: &mut [u64; 4]) {
+        let Frame::Str {
+            spec,
+            len,
+            lex,
+            utf,
+            ..
+        } = *f
+        else {
+            return;
+        };
+        let sp = &self.ir.strs[spec as usize];
+        if lex == 0 && utf == 0 && sp.dfa.is_none() && sp.max.is_none_or(|m| len < m) {
+            // Any character fits: printable ASCII and every UTF-8 lead byte (`lead`),
+            // except `"` and `\`, which are asked.
+            let mut own = [!0u64 << 32, !0, 0, ((1u64 << (0xF5 - 0xC0)) - 1) & !0b11];
+            for b in [b'"', b'\\'] {
+                if self.str_step(f, b).is_none() {
+                    own[b as usize >> 6] &= !(1u64 << (b & 63));
+                }
+            }
+            for (w, o) in set.iter_mut().zip(own) {
+                *w |= o;
+            }
+            return;
+        }
+        if lex == 0 {
+            if let Some(di) = sp.dfa {
+                // `str_char` depends on the byte only through its DFA class: ask each
+                // class once. `"` and `\` are asked apart.
+                let classes = &self.ir.dfas[di as usize].classes;
+                let mut memo = [0u8; 256]; // 0 unknown, 1 taken, 2 refused
+                for b in 0..=255u8 {
+                    let byte_ok = if utf != 0 {
+                        cont_ok(utf & 0xF, b)
+                    } else {
+                        matches!(b, 0x20..=0x7F | 0xC2..=0xF4) && b != b'"' && b != b'\\'
+                    };
+                    if !byte_ok {
+                        if utf == 0 && (b == b'"' || b == b'\\') && self.str_step(f, b).is_some() {
+                            add(set, b);
+                        }
+                        continue;
+                    }
+                    let m = &mut memo[classes[b as usize] as usize];
+                    if *m == 0 {
+                        *m = if self.str_step(f, b).is_some() { 1 } else { 2 };
+                    }
+                    if *m == 1 {
+                        add(set, b);
+                    }
+                }
+                return;
+            }
+        }
+        for b in 0..=255u8 {
+            if self.str_step(f, b).is_some() {
+                add(set, b);
+            }
+        }
+    }
+
+    /// The plain-character hint (see [`crate::ByteAutomaton::plain_chars_allowed`]): the
+    /// largest `n` over the threads whose top is a string body at a character boundary
+    /// such that every run of at most `n` plain characters is taken. Without a pattern
+    /// that is the room left under `maxLength`; with one, the depth to which no run of
+    /// plain characters leads the DFA (and its length table) to a dead end, at most
+    /// [`PLAIN_CAP`].
     pub fn plain_chars_allowed(&self, s: &State) -> Option<u32> {
         let mut best: Option<u32> = None;
         for t in &s.threads {
-            if let Some(Frame::Str {
+            if let Some(&Frame::Str {
                 spec,
                 len,
+                dfa,
                 lex: 0,
                 utf: 0,
                 ..
             }) = t.last()
             {
-                let sp = &self.ir.strs[*spec as usize];
-                if sp.dfa.is_none() {
-                    let n = sp.max.map_or(u32::MAX, |m| m - len);
-                    best = Some(best.map_or(n, |b: u32| b.max(n)));
+                let sp = &self.ir.strs[spec as usize];
+                let room = sp.max.map_or(u32::MAX, |m| m - len);
+                let n = match sp.dfa {
+                    None => room,
+                    Some(di) if sp.lens.is_none() => self.dfa_plain_depth(di, dfa).min(room),
+                    Some(_) => self.plain_search(spec, len, dfa, room.min(PLAIN_CAP)),
+                };
+                if n == 0 && sp.dfa.is_some() {
+                    continue;
                 }
+                best = Some(best.map_or(n, |b: u32| b.max(n)));
             }
         }
         best
+    }
+
+    /// [`Machine::plain_search`] for a pattern without length bounds, memoised per state.
+    fn dfa_plain_depth(&self, di: u32, d: u32) -> u32 {
+        let cell = &self.plain_dfa[di as usize].depth[d as usize];
+        let v = cell.load(Ordering::Relaxed);
+        if v != DEPTH_UNKNOWN {
+            return v as u32;
+        }
+        let n = self.plain_search_dfa(di, d, None, PLAIN_CAP);
+        cell.store(n as u8, Ordering::Relaxed);
+        n
+    }
+
+    /// The largest `k <= cap` such that every run of at most `k` plain characters is
+    /// taken by the string body of `spec` at length `len`, DFA state `d`.
+    fn plain_search(&self, spec: u32, len: u32, d: u32, cap: u32) -> u32 {
+        let sp = &self.ir.strs[spec as usize];
+        match sp.dfa {
+            None => sp.max.map_or(cap, |m| (m - len).min(cap)),
+            Some(di) => self.plain_search_dfa(di, d, Some((spec, len)), cap),
+        }
+    }
+
+    /// Level by level over the sets of DFA states reached after `k` plain characters,
+    /// byte by byte through the UTF-8 ranges `lead` and `cont_ok` allow (one byte per
+    /// class). A byte is taken when the DFA state is live and, with `lens`,
+    /// `str_char`'s length tests pass. Stops at the first refused byte, at `cap`, when
+    /// no new DFA state appears (without `lens`: then every depth is safe), or when the
+    /// work runs out (then the depth verified so far).
+    fn plain_search_dfa(&self, di: u32, d: u32, lens: Option<(u32, u32)>, cap: u32) -> u32 {
+        let dd = &self.ir.dfas[di as usize];
+        let pd = &self.plain_dfa[di as usize];
+        let ok = |q: u32, nlen: u32| -> bool {
+            if q == 0 {
+                return false;
+            }
+            let Some((spec, _)) = lens else {
+                return true;
+            };
+            let s = &self.ir.strs[spec as usize];
+            if s.max.is_some_and(|m| nlen > m) {
+                return false;
+            }
+            match s.lens {
+                Some(li) => {
+                    let lo = s.min.saturating_sub(nlen);
+                    let hi = s.max.map_or(u32::MAX, |m| m - nlen);
+                    self.ir.lens[li as usize].any_in(q, lo, hi)
+                }
+                None => true,
+            }
+        };
+        let len0 = lens.map_or(0, |(_, l)| l);
+        let mut work = 0usize;
+        let mut level: Vec<u32> = vec![d];
+        // Without lengths the depth of a state depends on the state alone: once a level
+        // holds only states already expanded, nothing new can fail.
+        let mut expanded: Vec<u32> = Vec::new();
+        let mut next: Vec<u32> = Vec::new();
+        let mut pending: Vec<(u32, u8, u8)> = Vec::new();
+        let mut seen: Vec<(u32, u8, u8)> = Vec::new();
+        for k in 0..cap {
+            let nlen = len0.saturating_add(k + 1);
+            next.clear();
+            pending.clear();
+            seen.clear();
+            for &q in &level {
+                for &b in &pd.ascii {
+                    let q1 = dd.next(q, b);
+                    if !ok(q1, nlen) {
+                        return k;
+                    }
+                    next.push(q1);
+                }
+                for &(b, n, code) in &pd.leads {
+                    let q1 = dd.next(q, b);
+                    if !ok(q1, nlen) {
+                        return k;
+                    }
+                    let item = (q1, n, code);
+                    if !seen.contains(&item) {
+                        seen.push(item);
+                        pending.push(item);
+                    }
+                }
+                work += pd.ascii.len() + pd.leads.len() + seen.len();
+            }
+            while let Some((q, rem, code)) = pending.pop() {
+                let conts = &pd.conts[code as usize];
+                for &c in conts {
+                    let q2 = dd.next(q, c);
+                    if !ok(q2, nlen) {
+                        return k;
+                    }
+                    if rem == 1 {
+                        next.push(q2);
+                    } else {
+                        let item = (q2, rem - 1, 0);
+                        if !seen.contains(&item) {
+                            seen.push(item);
+                            pending.push(item);
+                        }
+                    }
+                }
+                work += conts.len() + seen.len();
+                if work > DEPTH_WORK {
+                    return k;
+                }
+            }
+            next.sort_unstable();
+            next.dedup();
+            work += next.len() * 4;
+            if lens.is_none() {
+                expanded.extend_from_slice(&level);
+                expanded.sort_unstable();
+                next.retain(|q| expanded.binary_search(q).is_err());
+                if next.is_empty() {
+                    return cap;
+                }
+                work += expanded.len();
+            }
+            std::mem::swap(&mut level, &mut next);
+            if work > DEPTH_WORK {
+                return k + 1;
+            }
+        }
+        cap
     }
 
     /// Does the node accept exactly this text (compact)? Used for literal filtering.
