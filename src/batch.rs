@@ -41,6 +41,10 @@ pub struct BatchSummary {
     pub invalid: usize,
     pub errors: usize,
     pub interrupted: bool,
+    /// Wall time of the records processed in this run.
+    pub secs: f64,
+    /// Prompt tokens whose KV state came from the cached shared prefix.
+    pub prefix_tokens_reused: usize,
 }
 
 /// The ids already present in `out`, after removing a trailing partial line.
@@ -186,6 +190,7 @@ pub fn run(
     let remaining = todo.len() - already;
     let bar = progress_bar(bopts.progress, remaining as u64);
     let started = Instant::now();
+    let reused_before = engine.prefix_tokens_reused;
 
     for (lineno, line) in todo {
         if interrupted.load(Ordering::SeqCst) {
@@ -237,6 +242,8 @@ pub fn run(
         bar.tick(summary.processed as u64, started);
     }
     bar.finish();
+    summary.secs = started.elapsed().as_secs_f64();
+    summary.prefix_tokens_reused = engine.prefix_tokens_reused - reused_before;
     Ok(summary)
 }
 

@@ -96,6 +96,158 @@ fn free_mode_counts_its_attempts() {
 }
 
 #[test]
+fn masked_vacation_request_is_valid() {
+    let Some(home) = home() else { return };
+    let out = formwork(&home)
+        .args(["extract", "--json", "--max-tokens", "96", "--schema"])
+        .arg(examples().join("vacation.schema.json"))
+        .arg("--input")
+        .arg(examples().join("vacation_request.txt"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let env: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    assert_eq!(env["verdict"], "valid", "{env}");
+    let v = &env["value"];
+    assert!(
+        ["complete", "needs_clarification", "not_a_request"]
+            .contains(&v["status"].as_str().unwrap()),
+        "{env}"
+    );
+    for k in ["start_date", "end_date"] {
+        // A date the calendar has, or null: the grammar enforces `format: date`.
+        if let Some(d) = v[k].as_str() {
+            assert!(d.len() == 10 && d.as_bytes()[4] == b'-', "{env}");
+        } else {
+            assert!(v[k].is_null(), "{env}");
+        }
+    }
+}
+
+#[test]
+fn free_mode_vacation_runs_its_retry_path() {
+    let Some(home) = home() else { return };
+    // One token is too few for any JSON object: every attempt fails as not JSON
+    // (or incomplete), so both attempts must be made and counted, and no value
+    // may be passed off as a result.
+    let out = formwork(&home)
+        .args([
+            "extract",
+            "--json",
+            "--mode",
+            "free",
+            "--retries",
+            "1",
+            "--max-tokens",
+            "1",
+            "--schema",
+        ])
+        .arg(examples().join("vacation.schema.json"))
+        .arg("--input")
+        .arg(examples().join("vacation_request.txt"))
+        .output()
+        .unwrap();
+    let env: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(env["attempts"], 2, "{env}");
+    assert_ne!(env["verdict"], "valid", "{env}");
+    assert!(env["value"].is_null(), "{env}");
+    assert_eq!(out.status.code(), Some(1), "{env}");
+}
+
+#[test]
+fn ctrl_c_leaves_a_consistent_batch_that_resumes() {
+    let Some(home) = home() else { return };
+    let dir = std::env::temp_dir().join(format!("formwork-sigint-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let schema = dir.join("s.json");
+    std::fs::write(&schema, r#"{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"],"additionalProperties":false}"#).unwrap();
+    let input = dir.join("in.jsonl");
+    let lines: String = (0..20)
+        .map(|i| format!("{{\"id\":\"r{i}\",\"text\":\"There are {i} boxes.\"}}\n"))
+        .collect();
+    std::fs::write(&input, lines).unwrap();
+    let out = dir.join("out.jsonl");
+    let mut child = formwork(&home)
+        .args(["extract", "--quiet", "--max-tokens", "8", "--schema"])
+        .arg(&schema)
+        .arg("--jsonl")
+        .arg(&input)
+        .arg("--out")
+        .arg(&out)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Interrupt once two records are on disk.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    loop {
+        let n = std::fs::read_to_string(&out)
+            .map(|t| t.lines().count())
+            .unwrap_or(0);
+        if n >= 2 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no record after 300 s"
+        );
+        assert!(child.try_wait().unwrap().is_none(), "the batch ended early");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let first = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&first.stderr);
+    assert_eq!(first.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.ends_with('\n'), "a cut line after Ctrl-C: {text:?}");
+    let n_first = text.lines().count();
+    assert!(
+        n_first < 20,
+        "the signal came too late to test anything: {text}"
+    );
+    for l in text.lines() {
+        serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+    }
+    // Resume: the rest is done once, nothing is repeated or lost.
+    let again = formwork(&home)
+        .args(["extract", "--quiet", "--max-tokens", "8", "--schema"])
+        .arg(&schema)
+        .arg("--jsonl")
+        .arg(&input)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "{} processed, {n_first} already done",
+            20 - n_first
+        )),
+        "{stderr}"
+    );
+    let text = std::fs::read_to_string(&out).unwrap();
+    let mut ids: Vec<String> = text
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    ids.sort_by_key(|s| s[1..].parse::<u32>().unwrap());
+    let want: Vec<String> = (0..20).map(|i| format!("r{i}")).collect();
+    assert_eq!(ids, want);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn batch_resumes_without_duplicates_or_loss() {
     let Some(home) = home() else { return };
     let dir = std::env::temp_dir().join(format!("formwork-batch-{}", std::process::id()));

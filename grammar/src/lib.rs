@@ -6,6 +6,7 @@ pub mod automaton;
 pub mod compile;
 pub mod ir;
 pub mod matcher;
+pub mod sample;
 pub mod schema;
 pub mod toktrie;
 

@@ -321,6 +321,16 @@ fn merges_from_scores(
 }
 
 impl GgufTokenizer {
+    /// Reads only the metadata of a GGUF file (not its tensors) and builds the tokenizer.
+    pub fn from_file(path: &std::path::Path) -> Result<Self> {
+        let name = path.display();
+        let mut f =
+            std::fs::File::open(path).map_err(|e| ModelError::Tokenizer(format!("{name}: {e}")))?;
+        let content = Content::read(&mut f)
+            .map_err(|e| ModelError::Tokenizer(format!("{name}: not a GGUF file: {e}")))?;
+        Self::from_gguf(&content)
+    }
+
     /// Builds the tokenizer from GGUF metadata alone (no tokenizer.json).
     pub fn from_gguf(content: &Content) -> Result<Self> {
         let meta = Meta(&content.metadata);

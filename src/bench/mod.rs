@@ -18,6 +18,7 @@
 //! `exact_strings` is set.
 
 pub mod html;
+pub mod masks;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,4 +1,5 @@
 //! `formwork bench --dataset FILE.jsonl`: masked against free decoding.
+//! `formwork bench masks`: mask time per token with the model's real tokenizer.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,10 +11,13 @@ use crate::engine::{Engine, ExtractOptions};
 use crate::sampling::Sampling;
 
 #[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct BenchArgs {
+    #[command(subcommand)]
+    pub what: Option<BenchWhat>,
     /// JSONL with `{id, text, schema, expected}` per line.
-    #[arg(long)]
-    pub dataset: PathBuf,
+    #[arg(long, required = true)]
+    pub dataset: Option<PathBuf>,
     /// Comma-separated: masked, free, masked-nojf (masked without jump-forward).
     #[arg(long, default_value = "masked,free", value_delimiter = ',')]
     pub modes: Vec<BenchMode>,
@@ -41,12 +45,84 @@ pub struct BenchArgs {
     pub report: Option<PathBuf>,
 }
 
+#[derive(clap::Subcommand, Debug)]
+pub enum BenchWhat {
+    /// Mask time per token: replay a valid instance of each schema, tokenised by the
+    /// model's tokenizer, through the matcher (first and second document), and report
+    /// compile time, coverage per subset and memory.
+    Masks(MasksArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct MasksArgs {
+    /// Whose tokenizer: a registry name, a .gguf path or a Hugging Face repo id (only the
+    /// GGUF metadata is read, not the weights).
+    #[arg(long, default_value = "smollm2-135m")]
+    pub model: String,
+    /// A folder of JSON Schemas, searched one level of subfolders deep
+    /// (default: ../shared/data/jsonschemabench).
+    #[arg(long)]
+    pub schemas: Option<PathBuf>,
+    /// Use N schemas spread evenly over the sorted list.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print report JSON instead of markdown.
+    #[arg(long)]
+    pub json: bool,
+    /// Print one line per schema.
+    #[arg(long)]
+    pub verbose: bool,
+}
+
+fn run_masks(a: MasksArgs) -> anyhow::Result<ExitCode> {
+    let dir = a
+        .schemas
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("../shared/data/jsonschemabench"));
+    let files = bench::masks::schema_files(&dir, a.limit)
+        .with_context(|| format!("--schemas {}", dir.display()))?;
+    anyhow::ensure!(
+        !files.is_empty(),
+        "--schemas {}: no .json files",
+        dir.display()
+    );
+    if let Some(info) = formwork_models::registry::lookup(&a.model) {
+        if !formwork_models::registry::model_path(info).is_file() {
+            eprintln!("model `{}` is not in the cache yet: fetching it", info.name);
+            crate::fetch_with_progress(info.name)?;
+        }
+    }
+    let resolved = formwork_models::registry::resolve(&a.model)?;
+    let tok = formwork_models::tokenizer::GgufTokenizer::from_file(&resolved.path)?;
+    let verbose = a.verbose;
+    let report = bench::masks::run(&resolved.name, &tok, &dir, &files, a.seed, |f, n| {
+        if verbose {
+            match n {
+                Some(n) => eprintln!("{}: {n} tokens", f.display()),
+                None => eprintln!("{}: not compiled", f.display()),
+            }
+        }
+    });
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", bench::masks::markdown(&report));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
-    let cases = bench::read_dataset(&a.dataset, a.limit)?;
+    if let Some(BenchWhat::Masks(m)) = a.what {
+        return run_masks(m);
+    }
+    let dataset = a.dataset.clone().expect("clap requires --dataset");
+    let cases = bench::read_dataset(&dataset, a.limit)?;
     anyhow::ensure!(
         !cases.is_empty(),
         "dataset {} has no records",
-        a.dataset.display()
+        dataset.display()
     );
     let device = a
         .device
@@ -64,8 +140,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
             ..Default::default()
         },
         exact_strings: a.exact_strings,
-        dataset_name: a
-            .dataset
+        dataset_name: dataset
             .file_name()
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default(),

@@ -73,6 +73,10 @@ pub struct ExtractArgs {
     /// Disable jump-forward (forced tokens are then sampled one by one).
     #[arg(long)]
     pub no_jump_forward: bool,
+    /// Batch: recompute the prompt prefix shared by every record (system message and
+    /// schema) for each record instead of reusing its KV state. For measuring the reuse.
+    #[arg(long)]
+    pub no_prefix_reuse: bool,
     /// Do not show batch progress.
     #[arg(long)]
     pub quiet: bool,
@@ -189,14 +193,18 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
         log_content: a.log_content,
         progress: !a.quiet,
     };
+    engine.reuse_prefix = !a.no_prefix_reuse;
     let summary = batch::run(&mut engine, &mut schema, &opts, &bopts, interrupted)?;
     eprintln!(
-        "batch: {} processed, {} already done, {} valid, {} invalid, {} errors{}",
+        "batch: {} processed, {} already done, {} valid, {} invalid, {} errors, \
+         {:.1} s, {} prompt tokens reused from the shared prefix{}",
         summary.processed,
         summary.skipped_done,
         summary.valid,
         summary.invalid,
         summary.errors,
+        summary.secs,
+        summary.prefix_tokens_reused,
         if summary.interrupted {
             " (interrupted; rerun to resume)"
         } else {

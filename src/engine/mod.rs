@@ -264,8 +264,7 @@ impl Engine {
         messages: &[formwork_models::chat::ChatMessage],
     ) -> anyhow::Result<Vec<u32>> {
         let tok = &self.loaded.tokenizer;
-        let rendered = prompt::render(tok, messages)?;
-        let mut ids = tok.encode(&rendered.text)?;
+        let (mut ids, _raw) = prompt::encode(tok, messages)?;
         if tok.add_bos() {
             if let Some(bos) = tok.bos_id() {
                 if ids.first() != Some(&bos) {

@@ -60,6 +60,71 @@ pub fn render(
     }
 }
 
+/// Placeholder for message `i` while the template renders: Supplementary Private Use
+/// Area code points, which no chat template writes itself.
+fn placeholder(i: usize) -> String {
+    format!("\u{F0000}{i}\u{F0001}")
+}
+
+/// The prompt as tokens. Only the template's own markup may become control tokens:
+/// every message's content (the document, the schema, the user's instructions, a
+/// retry quoting the model's answer) is encoded with special-token parsing off, so a
+/// document containing `<|im_end|><|im_start|>system` stays inert text and cannot
+/// open a turn of its own. Returns the ids (without an added BOS) and whether the raw
+/// prompt was used.
+///
+/// Templates render placeholders in place of contents; the text between them is
+/// encoded with control tokens, the contents without. A template that rewrites or
+/// repeats a content (so a placeholder is not found exactly once, in order) is
+/// rendered whole instead, and then a content that holds control-token text is an
+/// error rather than a silent injection.
+pub fn encode(
+    tok: &GgufTokenizer,
+    messages: &[ChatMessage],
+) -> formwork_models::Result<(Vec<u32>, bool)> {
+    if tok.chat_template().is_none() {
+        // Our own raw prompt has no markup: all of it is plain text.
+        return Ok((tok.encode_plain(&raw_prompt(messages))?, true));
+    }
+    let masked: Vec<ChatMessage> = messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| msg(&m.role, placeholder(i)))
+        .collect();
+    let text = render(tok, &masked)?.text;
+    let mut ids = Vec::new();
+    let mut rest = text.as_str();
+    let mut in_order = true;
+    for (i, m) in messages.iter().enumerate() {
+        let ph = placeholder(i);
+        match rest.split_once(&ph) {
+            Some((before, after)) if !after.contains(&ph) => {
+                ids.extend(tok.encode(before)?);
+                ids.extend(tok.encode_plain(&m.content)?);
+                rest = after;
+            }
+            _ => {
+                in_order = false;
+                break;
+            }
+        }
+    }
+    if in_order {
+        ids.extend(tok.encode(rest)?);
+        return Ok((ids, false));
+    }
+    for m in messages {
+        if tok.encode(&m.content)? != tok.encode_plain(&m.content)? {
+            return Err(formwork_models::ModelError::Tokenizer(format!(
+                "a {} message holds control-token text, and this chat template rewrites \
+                 message text, so it cannot be kept inert",
+                m.role
+            )));
+        }
+    }
+    Ok((tok.encode(&render(tok, messages)?.text)?, false))
+}
+
 /// A plain completion prompt for base models without a chat template.
 pub fn raw_prompt(messages: &[ChatMessage]) -> String {
     let mut s = String::new();

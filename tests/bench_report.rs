@@ -1,0 +1,176 @@
+//! `formwork bench` end to end on the real default model (3 SNIPS records, CC0, copied
+//! into tests/data), then its HTML report opened in a headless browser, as a person
+//! would: the page must parse into its four figures, and the screenshot must show the
+//! bars of both modes in their colours.
+//!
+//! Skipped (with a message) when the model is not fetched (`formwork models fetch`), and
+//! the browser part when no Chromium is found (`apt-get install chromium`, or set
+//! `FORMWORK_CHROMIUM` to a Chromium or Chrome binary).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn home() -> Option<PathBuf> {
+    let home = std::env::var_os("FORMWORK_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/formwork")
+        });
+    if home
+        .join("models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf")
+        .is_file()
+    {
+        Some(home)
+    } else {
+        eprintln!("SKIPPED: smollm2-135m not fetched; run `formwork models fetch smollm2-135m`");
+        None
+    }
+}
+
+fn chromium() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("FORMWORK_CHROMIUM") {
+        return Some(PathBuf::from(p));
+    }
+    [
+        "/usr/bin/chromium",
+        "/usr/bin/chromium-browser",
+        "/usr/bin/google-chrome",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.is_file())
+}
+
+fn browser(bin: &Path, profile: &Path) -> Command {
+    let mut c = Command::new(bin);
+    c.args([
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+    ])
+    .arg(format!("--user-data-dir={}", profile.display()));
+    c
+}
+
+/// Pixels whose colour is within a small distance of `rgb`.
+fn count_colour(png_path: &Path, rgb: [u8; 3]) -> usize {
+    let decoder = png::Decoder::new(std::io::BufReader::new(
+        std::fs::File::open(png_path).unwrap(),
+    ));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let step = match info.color_type {
+        png::ColorType::Rgba => 4,
+        png::ColorType::Rgb => 3,
+        other => panic!("unexpected screenshot colour type {other:?}"),
+    };
+    buf[..info.buffer_size()]
+        .chunks(step)
+        .filter(|p| (0..3).all(|i| p[i].abs_diff(rgb[i]) <= 6))
+        .count()
+}
+
+#[test]
+fn bench_report_renders_in_a_browser() {
+    let Some(home) = home() else { return };
+    let dir = std::env::temp_dir().join(format!("formwork-bench-report-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let dataset = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/snips_sample.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_formwork"))
+        .env("FORMWORK_HOME", &home)
+        .env("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0")
+        .args([
+            "bench",
+            "--modes",
+            "masked,free",
+            "--retries",
+            "1",
+            "--max-tokens",
+            "160",
+        ])
+        .arg("--dataset")
+        .arg(&dataset)
+        .arg("--report")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // The markdown table names both modes.
+    assert!(
+        stdout.contains("| masked") && stdout.contains("| free"),
+        "{stdout}"
+    );
+
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["seed"], 0, "the seed is recorded");
+    let masked = &report["overall"]["masked"];
+    assert_eq!(masked["records"], 3, "{masked}");
+    // Masked decoding is valid by construction.
+    assert_eq!(masked["schema_valid_rate"], 1.0, "{masked}");
+    assert!(report["overall"]["free"]["attempts_mean"].as_f64().unwrap() >= 1.0);
+
+    let html = dir.join("index.html");
+    let Some(bin) = chromium() else {
+        eprintln!(
+            "SKIPPED (browser part): no Chromium; install it (apt-get install chromium) \
+             or set FORMWORK_CHROMIUM"
+        );
+        return;
+    };
+    let profile = dir.join("chromium-profile");
+    // The DOM the browser built: four figures, each an <svg> with its caption.
+    let dom = browser(&bin, &profile)
+        .arg("--dump-dom")
+        .arg(format!("file://{}", html.display()))
+        .output()
+        .unwrap();
+    let dom_text = String::from_utf8_lossy(&dom.stdout);
+    assert!(
+        dom.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dom.stderr)
+    );
+    assert_eq!(dom_text.matches("<svg").count(), 4, "{dom_text}");
+    for caption in [
+        "Validity and accuracy by mode",
+        "Per-field accuracy by mode",
+        "Latency per record",
+        "Tokens per record",
+    ] {
+        assert!(dom_text.contains(caption), "missing figure {caption:?}");
+    }
+    // The picture: bars of both modes are drawn in their colours.
+    let shot = dir.join("report.png");
+    let s = browser(&bin, &profile)
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg("--window-size=1100,2600")
+        .arg(format!("file://{}", html.display()))
+        .output()
+        .unwrap();
+    assert!(
+        shot.is_file(),
+        "no screenshot: {}",
+        String::from_utf8_lossy(&s.stderr)
+    );
+    let blue = count_colour(&shot, [0x2b, 0x6c, 0xb0]);
+    let orange = count_colour(&shot, [0xdd, 0x6b, 0x20]);
+    assert!(blue > 2000, "masked bars: {blue} pixels");
+    assert!(orange > 500, "free bars: {orange} pixels");
+    eprintln!(
+        "screenshot {}: {blue} masked-colour and {orange} free-colour pixels",
+        shot.display()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
