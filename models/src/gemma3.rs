@@ -183,6 +183,10 @@ pub struct Options {
     /// Requantise Q4_1, Q5_0 and Q5_1 weights to Q8_0 at load on CPU: candle has
     /// no SIMD kernel for those three, and Q8_0 holds their values almost exactly.
     pub requantize: bool,
+    /// Dequantise every weight matrix to f32 at load, so matmuls run in f32 without
+    /// quantising activations. Slow and 4-8x larger; for tests that need results
+    /// independent of the order of evaluation (chunked against full prefill).
+    pub dequantize: bool,
 }
 
 impl Default for Options {
@@ -191,6 +195,7 @@ impl Default for Options {
             max_seq_len: DEFAULT_MAX_SEQ_LEN,
             sliding_window: None,
             requantize: true,
+            dequantize: false,
         }
     }
 }
@@ -322,6 +327,9 @@ fn load_matmul<R: std::io::Seek + std::io::Read>(
             shape.1
         );
     }
+    if opts.dequantize {
+        return Ok(QMatMul::Tensor(t.dequantize(device)?));
+    }
     QMatMul::from_qtensor(t)
 }
 
@@ -419,6 +427,8 @@ impl ModelWeights {
                 device,
                 opts,
             )?
+        } else if opts.dequantize {
+            QMatMul::Tensor(embed.dequantize(device)?)
         } else {
             QMatMul::from_arc(embed.clone())?
         };
