@@ -111,6 +111,7 @@ pub fn run(
     tok: &GgufTokenizer,
     root: &Path,
     files: &[PathBuf],
+    config: &Config,
     seed: u64,
     mut on_schema: impl FnMut(&Path, Option<usize>),
 ) -> MaskReport {
@@ -143,7 +144,7 @@ pub fn run(
         r.schemas += 1;
         cov.schemas += 1;
         let t = Instant::now();
-        let Ok(a) = compile(&schema, &Config::default()) else {
+        let Ok(a) = compile(&schema, config) else {
             on_schema(f, None);
             continue;
         };

@@ -71,6 +71,9 @@ pub struct MasksArgs {
     /// Print report JSON instead of markdown.
     #[arg(long)]
     pub json: bool,
+    /// Compile leniently (relax, and record, what the grammar cannot enforce).
+    #[arg(long)]
+    pub lenient: bool,
     /// Print one line per schema.
     #[arg(long)]
     pub verbose: bool,
@@ -97,7 +100,11 @@ fn run_masks(a: MasksArgs) -> anyhow::Result<ExitCode> {
     let resolved = formwork_models::registry::resolve(&a.model)?;
     let tok = formwork_models::tokenizer::GgufTokenizer::from_file(&resolved.path)?;
     let verbose = a.verbose;
-    let report = bench::masks::run(&resolved.name, &tok, &dir, &files, a.seed, |f, n| {
+    let config = formwork_grammar::compile::Config {
+        lenient: a.lenient,
+        ..Default::default()
+    };
+    let report = bench::masks::run(&resolved.name, &tok, &dir, &files, &config, a.seed, |f, n| {
         if verbose {
             match n {
                 Some(n) => eprintln!("{}: {n} tokens", f.display()),
