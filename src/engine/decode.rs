@@ -247,6 +247,7 @@ pub fn decode_free(
     let started = Instant::now();
     let mut out = DecodeOutput::empty();
     let eos = codec.eos_ids();
+    let mut first = FirstValue::default();
     while out.tokens.len() < opts.max_tokens {
         if opts.deadline.is_some_and(|d| Instant::now() >= d) {
             out.stop = Stop::Timeout;
@@ -263,6 +264,12 @@ pub fn decode_free(
             .extend_from_slice(&codec.token_bytes()[tok as usize]);
         out.tokens.push(tok);
         out.stats.tokens_generated += 1;
+        // The answer is the first complete JSON value (what the tolerant extractor
+        // takes); whatever the model would write after it is never read.
+        if first.feed(&out.bytes) {
+            out.stop = Stop::Finished;
+            break;
+        }
         if out.tokens.len() >= opts.max_tokens {
             break;
         }
@@ -272,4 +279,87 @@ pub fn decode_free(
     }
     out.stats.decode_time = started.elapsed();
     Ok(out)
+}
+
+/// Watches a growing text for the end of its first complete JSON object or array.
+#[derive(Default, Debug)]
+struct FirstValue {
+    scanned: usize,
+    start: Option<usize>,
+    depth: u32,
+    in_str: bool,
+    esc: bool,
+}
+
+impl FirstValue {
+    /// Scans the bytes added since the last call; true once an object or array
+    /// has closed and its text parses as JSON.
+    fn feed(&mut self, text: &[u8]) -> bool {
+        while self.scanned < text.len() {
+            let i = self.scanned;
+            let b = text[i];
+            self.scanned += 1;
+            let Some(start) = self.start else {
+                if b == b'{' || b == b'[' {
+                    self.start = Some(i);
+                    self.depth = 1;
+                }
+                continue;
+            };
+            if self.in_str {
+                if self.esc {
+                    self.esc = false;
+                } else if b == b'\\' {
+                    self.esc = true;
+                } else if b == b'"' {
+                    self.in_str = false;
+                }
+                continue;
+            }
+            match b {
+                b'"' => self.in_str = true,
+                b'{' | b'[' => self.depth += 1,
+                b'}' | b']' => {
+                    self.depth -= 1;
+                    if self.depth == 0 {
+                        self.start = None;
+                        if serde_json::from_slice::<serde::de::IgnoredAny>(&text[start..=i]).is_ok()
+                        {
+                            return true;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FirstValue;
+
+    fn ends_at(chunks: &[&str]) -> Option<usize> {
+        let mut f = FirstValue::default();
+        let mut text = Vec::new();
+        for (k, c) in chunks.iter().enumerate() {
+            text.extend_from_slice(c.as_bytes());
+            if f.feed(&text) {
+                return Some(k);
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn stops_after_the_first_complete_value() {
+        assert_eq!(ends_at(&["Sure: ", "{\"a\":", "[1,2]", "}", " more"]), Some(3));
+        // Brackets and quotes inside strings do not count.
+        assert_eq!(ends_at(&["{\"a\":\"}]\\\"{\"", "}"]), Some(1));
+        // A balanced span that is not JSON is skipped; the next value ends it.
+        assert_eq!(ends_at(&["{oops}", " [true]"]), Some(1));
+        assert_eq!(ends_at(&["{\"a\": 1", ", \"b\": {}"]), None);
+        assert_eq!(ends_at(&["no json at all"]), None);
+    }
 }
