@@ -214,6 +214,25 @@ impl Engine {
     }
 
     /// Extract one document. Errors of the model runtime become `verdict: error`.
+    ///
+    /// ```no_run
+    /// use formwork::engine::{Engine, ExtractOptions, Mode, Schema, VerdictKind};
+    /// let mut engine = Engine::new(formwork::load_model("smollm2-135m", "auto".parse().unwrap())?);
+    /// let mut schema = Schema::new(serde_json::from_str(
+    ///     r#"{"type":"object","properties":{"qty":{"type":"integer","minimum":1}},"required":["qty"]}"#,
+    /// )?)?;
+    /// // Masked (the default): valid by construction, or `incomplete` when the budget
+    /// // cannot hold any valid value. Never a partial object passed off as complete.
+    /// let ex = engine.extract(&mut schema, "Please send 3 boxes.", &ExtractOptions::default());
+    /// if ex.verdict == VerdictKind::Valid {
+    ///     println!("{}", ex.value.as_ref().unwrap());
+    /// }
+    /// // Free decoding, the baseline: retried with the validator's errors quoted.
+    /// let free = ExtractOptions { mode: Mode::Free, retries: 2, ..Default::default() };
+    /// let ex = engine.extract(&mut schema, "Please send 3 boxes.", &free);
+    /// println!("{:?} after {} attempts: {}", ex.verdict, ex.attempts, serde_json::to_string(&ex)?);
+    /// # Ok::<(), anyhow::Error>(())
+    /// ```
     pub fn extract(
         &mut self,
         schema: &mut Schema,
