@@ -8,21 +8,10 @@ use std::process::Command;
 
 use serde_json::Value;
 
+mod common;
+
 fn home() -> Option<PathBuf> {
-    let home = std::env::var_os("FORMWORK_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/formwork")
-        });
-    if home
-        .join("models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf")
-        .is_file()
-    {
-        Some(home)
-    } else {
-        eprintln!("SKIPPED: smollm2-135m not fetched; run `formwork models fetch smollm2-135m`");
-        None
-    }
+    common::home_with_smollm2()
 }
 
 fn formwork(home: &PathBuf) -> Command {

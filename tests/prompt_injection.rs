@@ -3,26 +3,14 @@
 //! still becomes control tokens. Uses the real SmolLM2 tokenizer (GGUF metadata
 //! only); skipped with a message when the model is not fetched.
 
-use std::path::PathBuf;
-
 use formwork::engine::prompt::{encode, msg};
 use formwork_models::tokenizer::GgufTokenizer;
 
+mod common;
+
 fn tokenizer() -> Option<GgufTokenizer> {
-    let home = std::env::var_os("FORMWORK_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/formwork")
-        });
-    let path = home.join("models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if !path.is_file() {
-        eprintln!(
-            "SKIPPED: {} absent; run `formwork models fetch smollm2-135m`",
-            path.display()
-        );
-        return None;
-    }
-    Some(GgufTokenizer::from_file(&path).unwrap())
+    let home = common::home_with_smollm2()?;
+    Some(GgufTokenizer::from_file(&home.join(common::SMOLLM2_FILE)).unwrap())
 }
 
 fn count(ids: &[u32], id: u32) -> usize {

@@ -29,9 +29,8 @@ use std::time::Instant;
 
 use formwork_grammar::compile::{compile, Config};
 use formwork_grammar::matcher::{Grammar, Matcher};
+use formwork_grammar::sample::random_instance;
 use formwork_grammar::toktrie::{TokTrie, TokenSet};
-use formwork_grammar::ByteAutomaton;
-use support::Rng;
 
 fn shared_dir() -> PathBuf {
     std::env::var("FORMWORK_SHARED")
@@ -62,51 +61,6 @@ fn schema_files(n: usize) -> Vec<PathBuf> {
     (0..n)
         .map(|i| all[(i as f64 * step) as usize].clone())
         .collect()
-}
-
-/// A random valid instance: a walk that prefers printable ASCII, heads for the
-/// shortest completion now and then, and completes once past `soft_max` bytes.
-fn instance<A: ByteAutomaton>(a: &A, seed: u64, soft_max: usize) -> Vec<u8> {
-    let mut rng = Rng::new(seed);
-    let mut s = a.start();
-    let mut out = Vec::new();
-    loop {
-        if a.is_accepting(&s) && (out.len() >= soft_max || rng.below(3) == 0) {
-            return out;
-        }
-        if out.len() >= soft_max || rng.below(3) == 0 {
-            let c = a.shortest_completion(&s);
-            if out.len() >= soft_max {
-                out.extend_from_slice(&c);
-                return out;
-            }
-            if let Some(&b) = c.first() {
-                s = a.step(&s, b).expect("shortest completion refused");
-                out.push(b);
-                continue;
-            }
-        }
-        let mut printable = Vec::new();
-        let mut other = Vec::new();
-        for b in 0..=255u8 {
-            if a.step(&s, b).is_some() {
-                if (0x20..0x7F).contains(&b) {
-                    printable.push(b);
-                } else {
-                    other.push(b);
-                }
-            }
-        }
-        let pick = if !printable.is_empty() {
-            printable[rng.below(printable.len())]
-        } else if !other.is_empty() {
-            other[rng.below(other.len())]
-        } else {
-            return out; // finished
-        };
-        s = a.step(&s, pick).unwrap();
-        out.push(pick);
-    }
 }
 
 #[derive(Default)]
@@ -267,7 +221,10 @@ fn main() {
             let ct = us(t0);
             compile_t.push(ct);
             ok += 1;
-            let inst = instance(&*a, i as u64 + 1, 400);
+            let Some(inst) = random_instance(&*a, i as u64 + 1, 400) else {
+                failed += 1;
+                continue;
+            };
             let Some(tokens) = trie.greedy_tokenize(&inst) else {
                 continue;
             };

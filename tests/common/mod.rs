@@ -1,0 +1,26 @@
+//! Helpers shared by the root crate's integration tests.
+
+use std::path::PathBuf;
+
+pub const SMOLLM2_FILE: &str = "models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// `$FORMWORK_HOME`, or `~/.cache/formwork`.
+pub fn formwork_home() -> PathBuf {
+    std::env::var_os("FORMWORK_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/formwork")
+        })
+}
+
+/// The cache root when the default model is fetched; otherwise prints SKIPPED (with
+/// the command that fetches it) and returns None.
+pub fn home_with_smollm2() -> Option<PathBuf> {
+    let home = formwork_home();
+    if home.join(SMOLLM2_FILE).is_file() {
+        Some(home)
+    } else {
+        eprintln!("SKIPPED: smollm2-135m not fetched; run `formwork models fetch smollm2-135m`");
+        None
+    }
+}
