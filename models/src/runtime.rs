@@ -606,23 +606,3 @@ impl Seek for SplicedReader {
     }
 }
 
-/// Picks the next token from logits: greedy at temperature 0, else softmax sampling with
-/// an optional nucleus (top-p) cut. candle's `LogitsProcessor`, behind a slice API so that
-/// callers need not know candle.
-pub struct Sampler {
-    inner: candle_transformers::generation::LogitsProcessor,
-}
-
-impl Sampler {
-    pub fn new(seed: u64, temperature: f64, top_p: Option<f64>) -> Self {
-        let temperature = (temperature > 0.0).then_some(temperature);
-        Self {
-            inner: candle_transformers::generation::LogitsProcessor::new(seed, temperature, top_p),
-        }
-    }
-
-    pub fn sample(&mut self, logits: &[f32]) -> Result<u32> {
-        let logits = Tensor::new(logits, &Device::Cpu)?;
-        Ok(self.inner.sample(&logits)?)
-    }
-}

@@ -118,6 +118,23 @@ pub fn read_dataset(path: &Path, limit: Option<usize>) -> anyhow::Result<Vec<Cas
     Ok(out)
 }
 
+/// `n` cases spread evenly over `cases` (every k-th, in file order), so a sample of a
+/// file grouped by schema keeps every schema in proportion. Keeps all when `n` is
+/// not smaller.
+pub fn spread(cases: Vec<Case>, n: usize) -> Vec<Case> {
+    if n == 0 || n >= cases.len() {
+        return cases;
+    }
+    let step = cases.len() as f64 / n as f64;
+    let picks: Vec<usize> = (0..n).map(|i| (i as f64 * step) as usize).collect();
+    cases
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| picks.binary_search(i).is_ok())
+        .map(|(_, c)| c)
+        .collect()
+}
+
 /// Field-level comparison.
 pub fn field_equal(pred: &Value, gold: &Value, exact_strings: bool) -> bool {
     match (pred, gold) {

@@ -28,6 +28,9 @@ pub struct BenchArgs {
     /// Use only the first N records.
     #[arg(long)]
     pub limit: Option<usize>,
+    /// Use N records spread evenly over the file (every k-th), after --limit.
+    #[arg(long)]
+    pub sample: Option<usize>,
     #[arg(long, default_value_t = 2)]
     pub retries: usize,
     #[arg(long, default_value_t = 0)]
@@ -104,14 +107,22 @@ fn run_masks(a: MasksArgs) -> anyhow::Result<ExitCode> {
         lenient: a.lenient,
         ..Default::default()
     };
-    let report = bench::masks::run(&resolved.name, &tok, &dir, &files, &config, a.seed, |f, n| {
-        if verbose {
-            match n {
-                Some(n) => eprintln!("{}: {n} tokens", f.display()),
-                None => eprintln!("{}: not compiled", f.display()),
+    let report = bench::masks::run(
+        &resolved.name,
+        &tok,
+        &dir,
+        &files,
+        &config,
+        a.seed,
+        |f, n| {
+            if verbose {
+                match n {
+                    Some(n) => eprintln!("{}: {n} tokens", f.display()),
+                    None => eprintln!("{}: not compiled", f.display()),
+                }
             }
-        }
-    });
+        },
+    );
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -125,7 +136,10 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
         return run_masks(m);
     }
     let dataset = a.dataset.clone().expect("clap requires --dataset");
-    let cases = bench::read_dataset(&dataset, a.limit)?;
+    let mut cases = bench::read_dataset(&dataset, a.limit)?;
+    if let Some(n) = a.sample {
+        cases = bench::spread(cases, n);
+    }
     anyhow::ensure!(
         !cases.is_empty(),
         "dataset {} has no records",

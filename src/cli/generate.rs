@@ -12,7 +12,9 @@ use std::time::Instant;
 use anyhow::Context;
 use formwork_models::chat::{render_chat, ChatMessage};
 use formwork_models::registry::DEFAULT_MODEL;
-use formwork_models::runtime::{self, DeviceChoice, Sampler};
+use formwork_models::runtime::{self, DeviceChoice};
+
+use crate::sampling::{Sampler, Sampling};
 use formwork_models::tokenizer::TokenStream;
 
 #[derive(clap::Args, Debug)]
@@ -130,7 +132,10 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     }
     let max_tokens = args.max_tokens.min(loaded.context_length - ids.len());
 
-    let mut sampler = Sampler::new(args.seed, args.temperature, args.top_p);
+    let mut sampler = Sampler::new(
+        Sampling::from_args(Some(args.temperature), args.top_p),
+        args.seed,
+    );
     let mut stream = TokenStream::new(tok);
     let eos = tok.eos_ids().to_vec();
     let stdout = std::io::stdout();
@@ -145,7 +150,9 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     let mut generated = 0usize;
     let mut decode_forwards = 0usize;
     while generated < max_tokens {
-        let next = sampler.sample(&logits)?;
+        let next = sampler
+            .sample(&logits, |_| true)
+            .ok_or_else(|| anyhow::anyhow!("the model gave no finite logit to sample from"))?;
         generated += 1;
         if eos.contains(&next) && !args.ignore_eos {
             break;
