@@ -141,6 +141,21 @@ fn property_names_lenient_unneeded() {
 }
 
 #[test]
+fn property_names_refused() {
+    // What the key schema cannot enforce is refused at its own pointer.
+    refused(
+        json!({"type": "object", "propertyNames": {"format": "no-such-format"}}),
+        "format",
+        "/propertyNames/format",
+    );
+    refused(
+        json!({"type": "object", "properties": {"a": {}}, "propertyNames": {"not": {"pattern": "b"}}}),
+        "not",
+        "/propertyNames/not",
+    );
+}
+
+#[test]
 fn unique_items_enforced() {
     check(
         json!({"type": "array", "items": {"type": "integer"}, "maxItems": 1, "uniqueItems": true}),

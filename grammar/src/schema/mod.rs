@@ -1413,22 +1413,32 @@ impl<'a> Builder<'a> {
         Ok(Some(k))
     }
 
-    /// Is `name` certainly a valid key under `t`'s `propertyNames`? False when unsure (an
-    /// unknown format, a schema that cannot be read): such a name is then not generated.
+    /// Is `name` certainly a valid key under `t`'s `propertyNames`? False when unsure (a
+    /// pattern whose DFA cannot be built): such a name is then not generated. A keyword the
+    /// key schema cannot enforce is refused as anywhere else.
     fn name_ok(&mut self, t: &Typed, name: &str) -> Result<bool, CompileError> {
         if t.pnames.is_empty() {
             return Ok(true);
         }
-        let Some(d) = self.key_dnf_or_unsure(&t.pnames)? else {
-            return Ok(false);
-        };
+        let d = self.key_dnf(&t.pnames)?;
         let v = Value::String(name.to_string());
         for a in d.iter() {
-            if (a.t & T_STR == 0 || a.bad_fmt.is_empty()) && self.value_ok(a, &v, false)? {
+            self.key_formats(a)?;
+            if self.value_ok(a, &v, false)? {
                 return Ok(true);
             }
         }
         Ok(false)
+    }
+
+    /// An unknown `format` in a `propertyNames` schema: refused (or relaxed when lenient).
+    fn key_formats(&mut self, a: &Typed) -> Result<(), CompileError> {
+        if a.t & T_STR != 0 {
+            if let Some((p, f)) = a.bad_fmt.first().cloned() {
+                self.unsupported("format", &p, &format!("format {f:?} is not enforced"))?;
+            }
+        }
+        Ok(())
     }
 
     /// The key language of extra keys under `propertyNames` (`t.pnames` non-empty):
@@ -1444,13 +1454,12 @@ impl<'a> Builder<'a> {
         Result<Option<(u32, Option<u32>, Vec<(String, String, bool)>)>, Vec<String>>,
         CompileError,
     > {
-        let Some(d) = self.key_dnf_or_unsure(&t.pnames)? else {
-            return Ok(Ok(None));
-        };
+        let d = self.key_dnf(&t.pnames)?;
         for a in d.iter() {
-            if a.t & T_STR == 0 || !a.bad_fmt.is_empty() {
+            if a.t & T_STR == 0 {
                 continue;
             }
+            self.key_formats(a)?;
             if let Some(lits) = a.lits.clone() {
                 let mut rest = a.clone();
                 rest.lits = None;
