@@ -259,6 +259,18 @@ impl Machine {
         m.suffix_live = suffix_live;
         m.next_req = next_req;
         m.plain_dfa = m.ir.dfas.iter().map(PlainDfa::new).collect();
+        // Extra keys under `propertyNames` can have an empty language once the listed names
+        // are excluded; such objects never start an extra key (and never get stuck in one).
+        for i in 0..m.ir.objs.len() {
+            let o = &m.ir.objs[i];
+            let s = &m.ir.strs[o.extra_key as usize];
+            if o.extra.is_some()
+                && (s.dfa.is_some() || s.max.is_some())
+                && m.str_shortest(&m.str_frame(o.extra_key)).is_none()
+            {
+                m.ir.objs[i].extra = None;
+            }
+        }
         Ok(m)
     }
 

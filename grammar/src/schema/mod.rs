@@ -65,6 +65,10 @@ struct Typed {
     bad_fmt: Vec<(String, String)>,
     /// `patternProperties`: (anchored search regex, its pattern, key of the schema).
     pprops: Vec<(String, String, Key)>,
+    /// `propertyNames`: every key must satisfy each of these schemas (their conjunction).
+    pnames: Key,
+    /// `uniqueItems: true`, with its pointer (the first one when several are merged).
+    uniq: Option<String>,
 }
 
 impl Typed {
@@ -90,6 +94,8 @@ impl Typed {
             lits: None,
             bad_fmt: Vec::new(),
             pprops: Vec::new(),
+            pnames: Vec::new(),
+            uniq: None,
         }
     }
     fn item_key(&self, i: usize) -> Key {
@@ -230,6 +236,8 @@ fn intersect(
     r.has_props = a.has_props || b.has_props;
     r.bad_fmt.extend(b.bad_fmt.iter().cloned());
     r.pprops.extend(b.pprops.iter().cloned());
+    r.pnames = union_key(&a.pnames, &b.pnames);
+    r.uniq = a.uniq.clone().or_else(|| b.uniq.clone());
     r.omin = a.omin.max(b.omin);
     r.omax = min_opt(a.omax, b.omax);
     r.lits = match (&a.lits, &b.lits) {
@@ -852,8 +860,17 @@ impl<'a> Builder<'a> {
                     }
                 }
                 "uniqueItems" => {
+                    // Checked where an array is lowered: only arrays whose items are
+                    // distinct by construction are generated.
                     if x.as_bool() == Some(true) {
-                        self.unsupported(k, &kp, "uniqueness across items is not enforced")?;
+                        base.uniq = Some(kp.clone());
+                    }
+                }
+                "propertyNames" => {
+                    // Checked where an object is lowered: listed names are tested, extra
+                    // keys are generated only inside the key language.
+                    if x.as_bool() != Some(true) {
+                        base.pnames = union_key(&base.pnames, &self.key_of(&kp));
                     }
                 }
                 "if" => {
@@ -907,15 +924,11 @@ impl<'a> Builder<'a> {
                 "contains"
                 | "minContains"
                 | "maxContains"
-                | "propertyNames"
                 | "unevaluatedProperties"
                 | "unevaluatedItems"
                 | "$dynamicRef"
                 | "$recursiveRef"
                 | "discriminator" => {
-                    if k == "propertyNames" && x.as_bool() == Some(true) {
-                        continue;
-                    }
                     self.unsupported(k, &kp, "not enforced by the grammar")?;
                 }
                 "contentEncoding" | "contentMediaType" | "contentSchema" => {
@@ -1321,6 +1334,9 @@ impl<'a> Builder<'a> {
                 {
                     return Ok(false);
                 }
+                if t.uniq.is_some() && (0..a.len()).any(|i| (0..i).any(|j| json_eq(&a[i], &a[j]))) {
+                    return Ok(false);
+                }
                 for (i, x) in a.iter().enumerate() {
                     let k = t.item_key(i);
                     if !self.value_ok_key(&k, x, superset)? {
@@ -1340,6 +1356,17 @@ impl<'a> Builder<'a> {
                     return Ok(false);
                 }
                 for (k, x) in o {
+                    if !t.pnames.is_empty() {
+                        let ok = if superset {
+                            let pn = t.pnames.clone();
+                            self.value_ok_key(&pn, &Value::String(k.clone()), true)?
+                        } else {
+                            self.name_ok(t, k)?
+                        };
+                        if !ok {
+                            return Ok(false);
+                        }
+                    }
                     let Some(key) = self.prop_key_full(t, k)? else {
                         return Ok(superset);
                     };
@@ -1384,6 +1411,166 @@ impl<'a> Builder<'a> {
             k = union_key(&k, &t.extra.clone().unwrap_or_default());
         }
         Ok(Some(k))
+    }
+
+    /// Is `name` certainly a valid key under `t`'s `propertyNames`? False when unsure (a
+    /// pattern whose DFA cannot be built): such a name is then not generated. A keyword the
+    /// key schema cannot enforce is refused as anywhere else.
+    fn name_ok(&mut self, t: &Typed, name: &str) -> Result<bool, CompileError> {
+        if t.pnames.is_empty() {
+            return Ok(true);
+        }
+        let d = self.key_dnf(&t.pnames)?;
+        let v = Value::String(name.to_string());
+        for a in d.iter() {
+            self.key_formats(a)?;
+            if self.value_ok(a, &v, false)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// An unknown `format` in a `propertyNames` schema: refused (or relaxed when lenient).
+    fn key_formats(&mut self, a: &Typed) -> Result<(), CompileError> {
+        if a.t & T_STR != 0 {
+            if let Some((p, f)) = a.bad_fmt.first().cloned() {
+                self.unsupported("format", &p, &format!("format {f:?} is not enforced"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The key language of extra keys under `propertyNames` (`t.pnames` non-empty):
+    /// `Ok(Err(names))`: exactly these listed names (an `enum`/`const`);
+    /// `Ok(Ok(Some((min, max, patterns))))`: strings of that shape; `Ok(Ok(None))`: none are
+    /// generated (no key is valid, or the language cannot be expressed exactly). One
+    /// alternative is kept when `propertyNames` has several: a subset of the keys is sound.
+    #[allow(clippy::type_complexity)]
+    fn extra_keys(
+        &mut self,
+        t: &Typed,
+    ) -> Result<
+        Result<Option<(u32, Option<u32>, Vec<(String, String, bool)>)>, Vec<String>>,
+        CompileError,
+    > {
+        let d = self.key_dnf(&t.pnames)?;
+        for a in d.iter() {
+            if a.t & T_STR == 0 {
+                continue;
+            }
+            self.key_formats(a)?;
+            if let Some(lits) = a.lits.clone() {
+                let mut rest = a.clone();
+                rest.lits = None;
+                let mut names = Vec::new();
+                for v in &lits {
+                    if let Value::String(n) = v {
+                        if !names.contains(n) && self.value_ok(&rest, v, false)? {
+                            names.push(n.clone());
+                        }
+                    }
+                }
+                if names.is_empty() || names.len() > 256 {
+                    continue;
+                }
+                return Ok(Err(names));
+            }
+            if a.smax.is_some_and(|m| m < a.smin) {
+                continue;
+            }
+            if !a.pats.is_empty() {
+                let res: Vec<String> = a.pats.iter().map(|p| p.0.clone()).collect();
+                match self.dfa_for(&res)? {
+                    Ok(Some(_)) => {}
+                    _ => continue,
+                }
+            }
+            return Ok(Ok(Some((a.smin, a.smax, a.pats.clone()))));
+        }
+        Ok(Ok(None))
+    }
+
+    /// `uniqueItems` holds for every array `t` generates: at most one item, or no items
+    /// beyond the prefix and prefix items pairwise of disjoint JSON types or literal sets.
+    fn items_distinct(&mut self, t: &Typed) -> Result<bool, CompileError> {
+        let mut cap = t.amax;
+        if t.items == vec![FALSE_LOC] {
+            cap = min_opt(cap, Some(t.prefix.len() as u32));
+        } else if let Some(d) = self.key_dnf_or_unsure(&t.items.clone())? {
+            if d.is_empty() {
+                cap = min_opt(cap, Some(t.prefix.len() as u32));
+            }
+        }
+        let Some(cap) = cap else {
+            return Ok(false);
+        };
+        if cap <= 1 {
+            return Ok(true);
+        }
+        if cap as usize > t.prefix.len() || cap > 64 {
+            return Ok(false);
+        }
+        // Per position: the JSON types it can take, and its literal set when finite.
+        let num = T_INT | T_NUM;
+        let kind = |v: &Value| match v {
+            Value::Null => T_NULL,
+            Value::Bool(_) => T_BOOL,
+            Value::Number(_) => num,
+            Value::String(_) => T_STR,
+            Value::Array(_) => T_ARR,
+            Value::Object(_) => T_OBJ,
+        };
+        let mut sets: Vec<(u8, Option<Vec<Value>>)> = Vec::new();
+        for i in 0..cap as usize {
+            let Some(d) = self.key_dnf_or_unsure(&t.prefix[i].clone())? else {
+                return Ok(false);
+            };
+            let mut mask = 0u8;
+            let mut vals = Some(Vec::new());
+            for a in d.iter() {
+                match &a.lits {
+                    Some(l) => {
+                        for v in l {
+                            mask |= kind(v);
+                        }
+                        if let Some(vs) = vals.as_mut() {
+                            vs.extend(l.iter().cloned());
+                        }
+                    }
+                    None => {
+                        let m = if a.t & num != 0 { a.t | num } else { a.t };
+                        mask |= m;
+                        if m & !(T_NULL | T_BOOL) != 0 {
+                            vals = None;
+                        } else if let Some(vs) = vals.as_mut() {
+                            if m & T_NULL != 0 {
+                                vs.push(Value::Null);
+                            }
+                            if m & T_BOOL != 0 {
+                                vs.extend([Value::Bool(true), Value::Bool(false)]);
+                            }
+                        }
+                    }
+                }
+            }
+            if vals.as_ref().is_some_and(|v| v.len() > 256) {
+                vals = None;
+            }
+            sets.push((mask, vals));
+        }
+        for i in 0..sets.len() {
+            for j in 0..i {
+                if sets[i].0 & sets[j].0 == 0 {
+                    continue; // different JSON types are never equal
+                }
+                match (&sets[i].1, &sets[j].1) {
+                    (Some(x), Some(y)) if !x.iter().any(|v| y.iter().any(|w| json_eq(v, w))) => {}
+                    _ => return Ok(false),
+                }
+            }
+        }
+        Ok(true)
     }
 
     fn value_ok_key(&mut self, k: &Key, v: &Value, superset: bool) -> Result<bool, CompileError> {
@@ -1577,6 +1764,15 @@ impl<'a> Builder<'a> {
             }
         }
         if t.t & T_ARR != 0 {
+            if let Some(up) = t.uniq.clone() {
+                if !self.items_distinct(t).map_err(|e| at_ptr(e, ptr))? {
+                    self.unsupported(
+                        "uniqueItems",
+                        &up,
+                        "items may repeat: more than one item, and not a closed prefix of pairwise disjoint types or literal sets",
+                    )?;
+                }
+            }
             let prefix: Vec<NodeId> = t.prefix.iter().map(|k| self.node_for(k.clone())).collect();
             let items = if t.items == vec![FALSE_LOC] {
                 None
@@ -1602,12 +1798,42 @@ impl<'a> Builder<'a> {
                     names.push((r.clone(), true));
                 }
             }
+            let mut extra = match &t.extra {
+                Some(k) if *k == vec![FALSE_LOC] => None,
+                Some(k) => Some(k.clone()),
+                _ if !t.pprops.is_empty() => None,
+                None if !t.has_props => Some(Vec::new()),
+                None => None,
+            };
+            // `propertyNames`: extra keys are generated only inside the key language; an
+            // enum of names turns into optional listed properties.
+            let mut key_shape = (0, None, Vec::new());
+            if !t.pnames.is_empty() && extra.is_some() {
+                match self.extra_keys(t).map_err(|e| at_ptr(e, ptr))? {
+                    Ok(Some(shape)) => key_shape = shape,
+                    Ok(None) => extra = None,
+                    Err(more) => {
+                        extra = None;
+                        for n in more {
+                            if !names.iter().any(|(m, _)| *m == n) {
+                                names.push((n, false));
+                            }
+                        }
+                    }
+                }
+            }
             let mut props = Vec::new();
             for (n, required) in names {
-                let Some(k) = self.prop_key_full(t, &n).map_err(|e| at_ptr(e, ptr))? else {
+                let Some(mut k) = self.prop_key_full(t, &n).map_err(|e| at_ptr(e, ptr))? else {
                     self.unsupported("patternProperties", ptr, "a pattern the DFA cannot read")?;
                     continue;
                 };
+                if !self.name_ok(t, &n).map_err(|e| at_ptr(e, ptr))? {
+                    if required {
+                        return Ok(()); // a required name that `propertyNames` rejects
+                    }
+                    k = vec![FALSE_LOC];
+                }
                 let node = self.node_for(k);
                 let enc =
                     serde_json::to_string(&Value::String(n.clone())).expect("a string serialises");
@@ -1619,19 +1845,19 @@ impl<'a> Builder<'a> {
                     required,
                 });
             }
-            let extra = match &t.extra {
-                Some(k) if *k == vec![FALSE_LOC] => None,
-                Some(k) => Some(self.node_for(k.clone())),
-                _ if !t.pprops.is_empty() => None,
-                None if !t.has_props => Some(self.node_for(Vec::new())),
-                None => None,
-            };
+            let extra = extra.map(|k| self.node_for(k));
             let trie = KeyTrie::build(props.iter().map(|p| p.key.as_slice()));
             self.ir.tries.push(trie);
             let ti = self.ir.tries.len() as u32 - 1;
-            let ek = self
-                .str_spec(0, None, &[], Some(ti), ptr)?
-                .expect("unconstrained keys exist");
+            let (kmin, kmax, kpats) = key_shape;
+            let (ek, extra) = match self.str_spec(kmin, kmax, &kpats, Some(ti), ptr)? {
+                Some(ek) => (ek, extra),
+                None => (
+                    self.str_spec(0, None, &[], Some(ti), ptr)?
+                        .expect("unconstrained keys exist"),
+                    None,
+                ),
+            };
             self.ir.objs.push(ObjSpec {
                 props,
                 extra,
