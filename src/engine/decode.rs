@@ -354,7 +354,10 @@ mod tests {
 
     #[test]
     fn stops_after_the_first_complete_value() {
-        assert_eq!(ends_at(&["Sure: ", "{\"a\":", "[1,2]", "}", " more"]), Some(3));
+        assert_eq!(
+            ends_at(&["Sure: ", "{\"a\":", "[1,2]", "}", " more"]),
+            Some(3)
+        );
         // Brackets and quotes inside strings do not count.
         assert_eq!(ends_at(&["{\"a\":\"}]\\\"{\"", "}"]), Some(1));
         // A balanced span that is not JSON is skipped; the next value ends it.
