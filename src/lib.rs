@@ -40,13 +40,20 @@ use formwork_models::runtime::{DeviceChoice, LoadedModel};
 /// (with progress on stderr); everything else must already be on disk.
 pub fn load_model(spec: &str, device: DeviceChoice) -> anyhow::Result<LoadedModel> {
     formwork_models::runtime::configure_threads(None);
+    ensure_fetched(spec)?;
+    Ok(formwork_models::runtime::load(spec, device)?)
+}
+
+/// Fetch a registry model that is not in the cache yet (with progress on stderr).
+/// Paths and Hugging Face repo ids are left alone: they must already be on disk.
+pub fn ensure_fetched(spec: &str) -> anyhow::Result<()> {
     if let Some(info) = registry::lookup(spec) {
         if !registry::model_path(info).is_file() {
             eprintln!("model `{}` is not in the cache yet: fetching it", info.name);
             fetch_with_progress(info.name)?;
         }
     }
-    Ok(formwork_models::runtime::load(spec, device)?)
+    Ok(())
 }
 
 /// `registry::fetch` with an indicatif display on stderr.

@@ -605,4 +605,3 @@ impl Seek for SplicedReader {
         Ok(self.pos)
     }
 }
-

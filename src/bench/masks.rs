@@ -7,12 +7,11 @@
 //! (shared across sequences, as in a batch) to measure reuse. Runs on one thread.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
 
 use formwork_grammar::compile::{compile, Config};
 use formwork_grammar::sample::random_instance;
-use formwork_grammar::{Grammar, Matcher, TokTrie, TokenSet};
+use formwork_grammar::{Grammar, Matcher, TokenSet};
 use formwork_models::tokenizer::GgufTokenizer;
 use serde::Serialize;
 
@@ -85,25 +84,13 @@ pub fn schema_files(dir: &Path, limit: Option<usize>) -> std::io::Result<Vec<Pat
     }
     all.sort();
     Ok(match limit {
-        Some(n) if n < all.len() && n > 0 => {
-            let step = all.len() as f64 / n as f64;
-            (0..n)
-                .map(|i| all[(i as f64 * step) as usize].clone())
-                .collect()
-        }
-        _ => all,
+        Some(n) => super::spread(all, n),
+        None => all,
     })
 }
 
 fn us(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e6
-}
-
-/// The trie of a tokenizer's vocabulary.
-pub fn trie_of(tok: &GgufTokenizer) -> Arc<TokTrie> {
-    let bytes = tok.token_bytes().to_vec();
-    let special: Vec<bool> = (0..bytes.len() as u32).map(|i| tok.is_special(i)).collect();
-    Arc::new(TokTrie::new(bytes, &special, tok.eos_ids()))
 }
 
 pub fn run(
@@ -116,7 +103,7 @@ pub fn run(
     mut on_schema: impl FnMut(&Path, Option<usize>),
 ) -> MaskReport {
     let t0 = Instant::now();
-    let trie = trie_of(tok);
+    let trie = crate::engine::trie_of(tok);
     let mut r = MaskReport {
         model: model.to_string(),
         vocab_size: trie.vocab_size(),

@@ -118,16 +118,16 @@ pub fn read_dataset(path: &Path, limit: Option<usize>) -> anyhow::Result<Vec<Cas
     Ok(out)
 }
 
-/// `n` cases spread evenly over `cases` (every k-th, in file order), so a sample of a
-/// file grouped by schema keeps every schema in proportion. Keeps all when `n` is
+/// `n` items spread evenly over `items` (every k-th, in order), so a sample of a file
+/// grouped by schema keeps every schema in proportion. Keeps all when `n` is 0 or
 /// not smaller.
-pub fn spread(cases: Vec<Case>, n: usize) -> Vec<Case> {
-    if n == 0 || n >= cases.len() {
-        return cases;
+pub fn spread<T>(items: Vec<T>, n: usize) -> Vec<T> {
+    if n == 0 || n >= items.len() {
+        return items;
     }
-    let step = cases.len() as f64 / n as f64;
+    let step = items.len() as f64 / n as f64;
     let picks: Vec<usize> = (0..n).map(|i| (i as f64 * step) as usize).collect();
-    cases
+    items
         .into_iter()
         .enumerate()
         .filter(|(i, _)| picks.binary_search(i).is_ok())

@@ -94,12 +94,7 @@ fn run_masks(a: MasksArgs) -> anyhow::Result<ExitCode> {
         "--schemas {}: no .json files",
         dir.display()
     );
-    if let Some(info) = formwork_models::registry::lookup(&a.model) {
-        if !formwork_models::registry::model_path(info).is_file() {
-            eprintln!("model `{}` is not in the cache yet: fetching it", info.name);
-            crate::fetch_with_progress(info.name)?;
-        }
-    }
+    crate::ensure_fetched(&a.model)?;
     let resolved = formwork_models::registry::resolve(&a.model)?;
     let tok = formwork_models::tokenizer::GgufTokenizer::from_file(&resolved.path)?;
     let verbose = a.verbose;

@@ -185,12 +185,16 @@ pub struct Engine {
     pub prefix_tokens_reused: usize,
 }
 
+/// The token trie of a tokenizer's vocabulary: raw bytes, control tokens, EOS ids.
+pub fn trie_of(tok: &formwork_models::tokenizer::GgufTokenizer) -> Arc<TokTrie> {
+    let bytes = tok.token_bytes().to_vec();
+    let special: Vec<bool> = (0..bytes.len() as u32).map(|i| tok.is_special(i)).collect();
+    Arc::new(TokTrie::new(bytes, &special, tok.eos_ids()))
+}
+
 impl Engine {
     pub fn new(loaded: LoadedModel) -> Engine {
-        let tok = &loaded.tokenizer;
-        let bytes = tok.token_bytes().to_vec();
-        let special: Vec<bool> = (0..bytes.len() as u32).map(|i| tok.is_special(i)).collect();
-        let trie = Arc::new(TokTrie::new(bytes, &special, tok.eos_ids()));
+        let trie = trie_of(&loaded.tokenizer);
         Engine {
             loaded,
             trie,
