@@ -53,6 +53,8 @@ const FORCED_UNKNOWN: u16 = 0xFFFF;
 const FORCED_NONE: u16 = 0x1FF;
 /// A forced run longer than this is returned in pieces (each call continues it).
 const MAX_FORCED: usize = 1 << 16;
+/// The token cost of a state whose completion some byte of which no token spells.
+const COST_INF: u32 = u32::MAX / 2;
 
 /// Why a commit was refused. The matcher's state is unchanged after an error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -73,7 +75,7 @@ pub enum CommitError {
     EosNotAccepting { token: u32, min_completion: usize },
     #[error("token {token} committed after EOS")]
     AfterEos { token: u32 },
-    #[error("token {token} refused by the budget: {tokens_left} tokens left, and the text would then need {needs} more bytes")]
+    #[error("token {token} refused by the budget: {tokens_left} tokens left, and the text would then need {needs} more tokens")]
     OverBudget {
         token: u32,
         tokens_left: usize,
@@ -224,6 +226,8 @@ trait Engine: Send + Sync {
     fn mask_contains(&self, s: u32, slot: usize, tok: u32) -> Option<bool>;
     fn steered_mask(&self, s: u32, trie: &TokTrie, slot: usize, limit: i64, out: &mut TokenSet);
     fn max_end_min(&self, s: u32, trie: &TokTrie, slot: usize) -> usize;
+    fn tok_cost(&self, s: u32, trie: &TokTrie, slot: usize) -> u32;
+    fn max_end_tok_cost(&self, s: u32, trie: &TokTrie, slot: usize) -> u32;
     fn any_extension(&self, s: u32, trie: &TokTrie, prefix: &[u8]) -> bool;
     fn stats(&self) -> GrammarStats;
 }
@@ -237,6 +241,10 @@ struct Cache<A: ByteAutomaton> {
     known_transitions: usize,
     /// Per registered vocabulary: its trie id and the masks by state id.
     vocabs: Vec<(u64, Vec<Option<Arc<Mask>>>)>,
+    /// Per registered vocabulary, by state id: the token cost of completing
+    /// (see [`Cache::tok_cost`]) and its maximum over the tokens allowed there;
+    /// `UNSET` until asked.
+    costs: Vec<(Vec<u32>, Vec<u32>)>,
     mask_bytes: usize,
 }
 
@@ -344,6 +352,77 @@ impl<A: ByteAutomaton> Cache<A> {
             .min(UNSET as usize - 1) as u32;
         self.info[s as usize].min_completion = m;
         m
+    }
+
+    /// The token cost of completing from `s` with the vocabulary `trie` (slot
+    /// `slot`): the number of tokens of one particular completion, built by taking
+    /// the longest token that starts a shortest completion (`shortest_completion`),
+    /// stepping over it, and repeating. It is at most the shortest completion in
+    /// bytes, and by construction the first token of that chain, `t`, leads to a
+    /// state whose cost is exactly one less: `cost(step(s, t)) = cost(s) - 1`. That is
+    /// what budget steering needs (a token that keeps the cost within the tokens left
+    /// always exists). `COST_INF` when some completion byte has no token.
+    fn tok_cost(&mut self, a: &A, s: u32, trie: &TokTrie, slot: usize) -> u32 {
+        let mut chain = Vec::new();
+        let mut cur = s;
+        let mut cost = loop {
+            if let Some(&c) = self.costs[slot].0.get(cur as usize) {
+                if c != UNSET {
+                    break c;
+                }
+            }
+            if self.min_completion(a, cur) == 0 {
+                break 0;
+            }
+            let w = a.shortest_completion(&self.states[cur as usize]);
+            let Some((_, len)) = trie.longest_prefix_token(&w) else {
+                break COST_INF;
+            };
+            let mut next = cur;
+            for &b in &w[..len] {
+                next = self.next(a, next, b);
+            }
+            // `w` is a completion, so each of its prefixes is accepted.
+            debug_assert!(next != REFUSED);
+            if next == REFUSED {
+                break COST_INF;
+            }
+            chain.push(cur);
+            cur = next;
+        };
+        self.set_cost(slot, cur, cost);
+        while let Some(st) = chain.pop() {
+            cost = if cost == COST_INF { COST_INF } else { cost + 1 };
+            self.set_cost(slot, st, cost);
+        }
+        cost
+    }
+
+    fn set_cost(&mut self, slot: usize, s: u32, cost: u32) {
+        let v = &mut self.costs[slot].0;
+        if v.len() <= s as usize {
+            v.resize(s as usize + 1, UNSET);
+        }
+        v[s as usize] = cost;
+    }
+
+    /// The largest [`Cache::tok_cost`] over the end states of the tokens allowed at `s`.
+    fn max_end_tok_cost(&mut self, a: &A, s: u32, trie: &TokTrie, slot: usize) -> u32 {
+        if let Some(&m) = self.costs[slot].1.get(s as usize) {
+            if m != UNSET {
+                return m;
+            }
+        }
+        let mut mx = 0u32;
+        self.for_each_token(a, s, &trie.full, &mut |c, _tok, end| {
+            mx = mx.max(c.tok_cost(a, end, trie, slot));
+        });
+        let v = &mut self.costs[slot].1;
+        if v.len() <= s as usize {
+            v.resize(s as usize + 1, UNSET);
+        }
+        v[s as usize] = mx;
+        mx
     }
 
     fn forced(&mut self, a: &A, s: u32) -> Option<(u8, u32)> {
@@ -558,6 +637,7 @@ impl<A: ByteAutomaton> Engine for Typed<A> {
             return i;
         }
         c.vocabs.push((id, Vec::new()));
+        c.costs.push((Vec::new(), Vec::new()));
         c.vocabs.len() - 1
     }
 
@@ -589,12 +669,11 @@ impl<A: ByteAutomaton> Engine for Typed<A> {
     }
 
     fn steered_mask(&self, s: u32, trie: &TokTrie, slot: usize, limit: i64, out: &mut TokenSet) {
-        let _ = slot;
         let mut c = self.cache.lock().unwrap();
         out.clear();
         let a = &*self.automaton;
         c.for_each_token(a, s, &trie.full, &mut |c, tok, end| {
-            if (c.min_completion(a, end) as i64) <= limit {
+            if (c.tok_cost(a, end, trie, slot) as i64) <= limit {
                 out.allow(tok);
             }
         });
@@ -624,6 +703,20 @@ impl<A: ByteAutomaton> Engine for Typed<A> {
             c.info[s as usize].max_end_min = mx;
         }
         mx as usize
+    }
+
+    fn tok_cost(&self, s: u32, trie: &TokTrie, slot: usize) -> u32 {
+        self.cache
+            .lock()
+            .unwrap()
+            .tok_cost(&self.automaton, s, trie, slot)
+    }
+
+    fn max_end_tok_cost(&self, s: u32, trie: &TokTrie, slot: usize) -> u32 {
+        self.cache
+            .lock()
+            .unwrap()
+            .max_end_tok_cost(&self.automaton, s, trie, slot)
     }
 
     fn any_extension(&self, s: u32, trie: &TokTrie, prefix: &[u8]) -> bool {
@@ -697,6 +790,7 @@ impl Grammar {
             info: Vec::new(),
             known_transitions: 0,
             vocabs: Vec::new(),
+            costs: Vec::new(),
             mask_bytes: 0,
         };
         let start = cache.intern(automaton.start());
@@ -768,26 +862,27 @@ impl Matcher {
         self.state
     }
 
-    /// While a budget is set: the largest shortest-completion (in bytes) a token may
-    /// leave behind; -1 allows no token (only EOS).
-    fn budget_limit(&self) -> Option<i64> {
-        let left = self.budget? as i64;
-        let min_now = self.grammar.engine.min_completion(self.state) as i64;
-        if left == 0 && min_now == 0 {
-            return Some(-1);
-        }
-        // Each token left carries at least one byte, and the next token uses one of
-        // them. If the budget is already too small, still insist on progress.
-        Some((left - 1).max(min_now - 1))
-    }
-
-    /// The limit, when the budget makes a difference at this step.
+    /// The limit, when the budget makes a difference at this step: the largest token
+    /// cost (see [`Matcher::min_completion_tokens`]) a token may leave behind; -1
+    /// allows no token (only EOS).
     fn steering(&self) -> Option<i64> {
-        let limit = self.budget_limit()?;
-        let mx = self
-            .grammar
-            .engine
-            .max_end_min(self.state, &self.trie, self.slot) as i64;
+        let left = self.budget? as i64;
+        let e = &self.grammar.engine;
+        // Cheap test first: a token cost never exceeds the bytes, so when every
+        // allowed token leaves at most `left - 1` bytes to write, nothing is steered.
+        let mx_bytes = e.max_end_min(self.state, &self.trie, self.slot) as i64;
+        if mx_bytes <= left - 1 {
+            return None;
+        }
+        let now = e.tok_cost(self.state, &self.trie, self.slot) as i64;
+        let limit = if left == 0 && now == 0 {
+            -1
+        } else {
+            // The next token uses one of those left. If the budget is already too
+            // small, still insist on progress (a token that lowers the cost).
+            (left - 1).max(now - 1)
+        };
+        let mx = e.max_end_tok_cost(self.state, &self.trie, self.slot) as i64;
         (mx > limit).then_some(limit)
     }
 
@@ -862,7 +957,7 @@ impl Matcher {
                 bytes: String::from_utf8_lossy(bytes).into_owned(),
             })?;
         if let Some(limit) = self.steering() {
-            let needs = e.min_completion(end);
+            let needs = e.tok_cost(end, &self.trie, self.slot) as usize;
             if needs as i64 > limit {
                 return Err(CommitError::OverBudget {
                     token: tok,
@@ -994,6 +1089,22 @@ impl Matcher {
         }
     }
 
+    /// An upper bound on the tokens needed to complete the text from here with this
+    /// matcher's vocabulary (0 when accepting): the length of a token chain that
+    /// spells a shortest completion, longest token first. At most
+    /// [`Matcher::min_completion_bytes`], usually several times fewer (`":null,"`
+    /// is one or two tokens, not seven). `u32::MAX / 2` when the vocabulary cannot
+    /// spell some completion byte.
+    pub fn min_completion_tokens(&self) -> usize {
+        if self.eos {
+            0
+        } else {
+            self.grammar
+                .engine
+                .tok_cost(self.state, &self.trie, self.slot) as usize
+        }
+    }
+
     /// A shortest byte string that completes the text from here.
     pub fn shortest_completion(&self) -> Vec<u8> {
         if self.eos {
@@ -1006,18 +1117,24 @@ impl Matcher {
     /// Steers the rest of the run to fit in `tokens_left` more tokens (EOS not
     /// counted). Each [`commit`](Matcher::commit) then counts one down.
     ///
-    /// While a budget is set, a token is allowed only if, after it, the shortest
-    /// completion in *bytes* fits in the tokens that remain: `min_completion(end) <=
-    /// tokens_left - 1`. When every byte of the shortest completions is a token by
-    /// itself (for JSON, printable ASCII: [`TokTrie::printable_ascii_complete`], true
-    /// of byte-level BPE and of SentencePiece with byte fallback),
-    /// that invariant guarantees an accepting state after at most `tokens_left`
-    /// tokens: a single-byte token along the shortest completion is always allowed. It is conservative, not exact: a completion of
-    /// `n` bytes that the vocabulary could write in fewer than `n` tokens is refused
-    /// when `n` exceeds what is left. If the budget is already below what the text
-    /// needs, tokens that shorten the remaining completion are still allowed, so the
-    /// run ends as early as possible. The check costs nothing while every allowed
-    /// token fits (one cached maximum per state); otherwise a full trie walk.
+    /// While a budget is set, a token is allowed only if, after it, the token cost of
+    /// completing ([`Matcher::min_completion_tokens`]) fits in the tokens that remain:
+    /// `cost(end) <= tokens_left - 1`. The cost is the length of a chain of tokens that
+    /// spells a shortest completion, and the first token of the chain lowers it by
+    /// exactly one, so the invariant guarantees an accepting state after at most
+    /// `tokens_left` tokens whenever the vocabulary can spell the completions (true of
+    /// byte-level BPE and of SentencePiece with byte fallback). It is conservative, not
+    /// exact: the cost is one way to write a shortest completion, not the fewest
+    /// tokens over all completions. If the budget is already below the cost, tokens
+    /// that lower it are still allowed, so the run ends as early as possible.
+    ///
+    /// Costs are counted in tokens, not bytes: with a byte bound, a 15-field object
+    /// whose shortest completion is 280 bytes would be steered from its first token
+    /// under a 256-token budget, and every string would close after one token.
+    ///
+    /// The check costs nothing while every allowed token leaves fewer bytes to write
+    /// than tokens remain (one cached maximum per state); otherwise a trie walk that
+    /// computes the cost of each end state once (cached per state).
     pub fn set_budget(&mut self, tokens_left: usize) {
         self.budget = Some(tokens_left);
     }

@@ -455,30 +455,35 @@ impl TokTrie {
     /// model's canonical tokenisation (BPE merges by rank, not by length); use the real
     /// tokenizer for anything fed to a model. `None` if some byte has no token.
     pub fn greedy_tokenize(&self, bytes: &[u8]) -> Option<Vec<u32>> {
-        let nodes = &self.full.nodes;
         let mut out = Vec::new();
         let mut pos = 0;
         while pos < bytes.len() {
-            let (mut i, mut best) = (0usize, None);
-            for (k, &b) in bytes[pos..].iter().enumerate() {
-                let end = nodes[i].subtree_end();
-                let mut j = i + 1;
-                while j < end && nodes[j].byte() != b {
-                    j = nodes[j].subtree_end();
-                }
-                if j >= end {
-                    break;
-                }
-                i = j;
-                if nodes[i].token() != NO_TOKEN {
-                    best = Some((nodes[i].token(), k + 1));
-                }
-            }
-            let (t, len) = best?;
+            let (t, len) = self.longest_prefix_token(&bytes[pos..])?;
             out.push(t);
             pos += len;
         }
         Some(out)
+    }
+
+    /// The longest usable token that is a prefix of `bytes`, with its length.
+    pub fn longest_prefix_token(&self, bytes: &[u8]) -> Option<(u32, usize)> {
+        let nodes = &self.full.nodes;
+        let (mut i, mut best) = (0usize, None);
+        for (k, &b) in bytes.iter().enumerate() {
+            let end = nodes[i].subtree_end();
+            let mut j = i + 1;
+            while j < end && nodes[j].byte() != b {
+                j = nodes[j].subtree_end();
+            }
+            if j >= end {
+                break;
+            }
+            i = j;
+            if nodes[i].token() != NO_TOKEN {
+                best = Some((nodes[i].token(), k + 1));
+            }
+        }
+        best
     }
 
     /// Whether some usable token starts with `prefix` and is strictly longer.

@@ -93,8 +93,8 @@ fn canonical_prefix_backs_off_where_a_token_could_span() {
     );
 }
 
-/// With any budget at least the shortest completion, a random walk ends accepting
-/// within the budget; the mask never dead-ends.
+/// With any budget at least the token cost of the shortest completion, a random walk
+/// ends accepting within the budget; the mask never dead-ends.
 #[test]
 fn budget_steers_every_run_to_a_valid_end() {
     let vocabs = [byte_vocab(), synthetic_vocab(5, 2000)];
@@ -113,7 +113,10 @@ fn budget_steers_every_run_to_a_valid_end() {
             ))),
         ];
         for g in &automata {
-            let start_min = Matcher::new(g.clone(), trie.clone()).min_completion_bytes();
+            // Budgets from the token cost up: the tight end is where steering works hardest.
+            let m0 = Matcher::new(g.clone(), trie.clone());
+            let start_min = m0.min_completion_tokens();
+            assert!(start_min <= m0.min_completion_bytes());
             for budget in start_min..start_min + 12 {
                 for seed in 0..8u64 {
                     let mut m = Matcher::new(g.clone(), trie.clone());
@@ -175,14 +178,116 @@ fn budget_zero_allows_only_eos_when_accepting_and_progress_otherwise() {
     m.compute_mask(&mut mask);
     assert_eq!(mask.iter().collect::<Vec<_>>(), vec![256]);
 
-    // Over budget from the start: only tokens that shorten the completion.
+    // Over budget from the start: only tokens that lower the token cost of the
+    // completion (`]]` is one token; after `a]` one `]` is still needed, so the cost
+    // stays at one and `a]` is refused).
     let mut m = Matcher::new(g, trie.clone());
     m.commit(tok(&trie, "[[")).unwrap();
+    assert_eq!(m.min_completion_tokens(), 1);
     m.set_budget(0);
     m.compute_mask(&mut mask);
     assert!(
         mask.contains(tok(&trie, "]]"))
-            && mask.contains(tok(&trie, "a]"))
+            && !mask.contains(tok(&trie, "a]"))
             && !mask.contains(tok(&trie, "["))
     );
+}
+
+/// The budget counts tokens, not bytes. A four-field object of nullable strings has a
+/// 68-byte shortest completion (`""` for each) that a vocabulary with `":"` spells in 17
+/// tokens. Under a 40-token budget the first string must still take content (a byte
+/// bound would close it at once), and the run still ends valid within the budget.
+#[test]
+fn budget_counts_tokens_so_strings_are_not_cut_short() {
+    use formwork_grammar::compile::{compile, Config};
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "alpha_field": {"type": ["string", "null"]},
+            "beta_field": {"type": ["string", "null"]},
+            "gamma_field": {"type": ["string", "null"]},
+            "delta_field": {"type": ["string", "null"]}
+        },
+        "required": ["alpha_field", "beta_field", "gamma_field", "delta_field"],
+        "additionalProperties": false
+    });
+    let a = compile(&schema, &Config::default()).unwrap();
+    let g = Grammar::new(a);
+    let mut toks: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+    toks.push(b"</s>".to_vec());
+    let words: &[&[u8]] = &[
+        b"{\"",
+        b"alpha_field",
+        b"beta_field",
+        b"gamma_field",
+        b"delta_field",
+        b"\":",
+        b"\":\"",
+        b"null",
+        b",\"",
+        b"\",",
+        b"hello",
+    ];
+    toks.extend(words.iter().map(|w| w.to_vec()));
+    let mut special = vec![false; toks.len()];
+    special[256] = true;
+    let trie = Arc::new(TokTrie::new(toks, &special, &[256]));
+    let t = |s: &str| tok(&trie, s);
+
+    let mut m = Matcher::new(g.clone(), trie.clone());
+    assert_eq!(m.min_completion_bytes(), 68);
+    // {" alpha_field ":" ", | " beta_field ":" ", | " gamma_field ":" ", | " delta_field ":" " }
+    assert_eq!(m.min_completion_tokens(), 17);
+
+    let budget = 40;
+    m.set_budget(budget);
+    let mut used = 0;
+    for s in ["{\"", "alpha_field", "\":\""] {
+        m.commit(t(s)).unwrap();
+        used += 1;
+    }
+    // Inside the first string: content is allowed, repeatedly, while the budget has room.
+    let mut mask = TokenSet::new(trie.vocab_size());
+    let mut content = 0;
+    loop {
+        m.compute_mask(&mut mask);
+        if !mask.contains(t("hello")) {
+            break;
+        }
+        assert!(m.is_allowed(t("hello")));
+        m.commit(t("hello")).unwrap();
+        used += 1;
+        content += 1;
+    }
+    assert!(
+        content >= 10,
+        "only {content} content tokens before the budget closed the string"
+    );
+    assert!(matches!(
+        m.commit(t("hello")),
+        Err(CommitError::OverBudget { .. })
+    ));
+    // Finish with the first allowed token each time: it must end valid within budget.
+    let mut text = b"{\"alpha_field\":\"".to_vec();
+    text.extend(std::iter::repeat_n(b"hello".as_slice(), content).flatten());
+    loop {
+        m.compute_mask(&mut mask);
+        let next = mask.iter().find(|&x| x != 256);
+        match next {
+            None => {
+                assert!(mask.contains(256), "dead end after {used} tokens");
+                break;
+            }
+            Some(x) => {
+                m.commit(x).unwrap();
+                text.extend_from_slice(trie.token_bytes(x));
+                used += 1;
+                assert!(used <= budget, "{used} tokens used, budget {budget}");
+            }
+        }
+    }
+    assert!(m.is_accepting());
+    let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
+    assert_eq!(v.as_object().unwrap().len(), 4);
+    assert!(v["alpha_field"].as_str().unwrap().starts_with("hellohello"));
 }
