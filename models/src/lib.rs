@@ -9,7 +9,7 @@ pub mod chat;
 pub mod error;
 pub mod gemma3;
 pub mod llama;
-pub mod q4_1;
+pub mod quant;
 pub mod registry;
 pub mod runtime;
 pub mod tokenizer;

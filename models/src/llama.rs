@@ -6,9 +6,9 @@
 //! `quantized_llama` stays the path on GPUs and where this one does not apply (see
 //! [`crate::runtime::LlamaBackend`]). Two things cost it time on SmolLM2 Q4_1:
 //! - candle has no SIMD kernel for Q4_1, so the runtime requantised to Q8_0 and moved
-//!   145 MB of weights per token where the file holds 85 MB. Here Q4_1 tensors keep their
-//!   file bytes and run through [`crate::q4_1`] (AVX2 / AVX-512 VNNI, detected at run
-//!   time); other types go through candle's `QMatMul`.
+//!   145 MB of weights per token where the file holds 85 MB. Here Q4_1 and Q8_0 tensors
+//!   keep their file bytes and run through [`crate::quant`] (AVX2 / AVX-512 VNNI,
+//!   detected at run time); other types go through candle's `QMatMul`.
 //! - its KV cache grows by `Tensor::cat`, copying the whole cache of every layer at every
 //!   token. Here each layer's cache is a `Vec<f32>` that grows in place.
 //!
@@ -39,7 +39,7 @@ use candle_core::quantized::{gguf_file, GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Result, Tensor};
 use rayon::prelude::*;
 
-use crate::q4_1::{Isa, Q4_1Matrix, Q8Acts};
+use crate::quant::{Format, Isa, Q8Acts, QMatrix};
 
 /// The hyper-parameters of a llama model, read from the `llama.*` GGUF metadata.
 #[derive(Debug, Clone, PartialEq)]
@@ -126,40 +126,47 @@ impl Config {
     }
 }
 
-/// A weight matrix: the file's Q4_1 blocks through our kernel, anything else through candle.
+/// A weight matrix: the file's Q4_1 / Q8_0 blocks through our kernels, anything else
+/// through candle.
 #[derive(Debug, Clone)]
 enum Linear {
-    Q4_1(Arc<Q4_1Matrix>),
+    Own(Arc<QMatrix>),
     Candle { mm: QMatMul, rows: usize },
 }
 
 impl Linear {
     fn new(q: QTensor) -> Result<Self> {
         let (rows, cols) = q.shape().dims2()?;
-        if q.dtype() == GgmlDType::Q4_1 {
-            let data = q.data()?.into_owned();
-            let m = Q4_1Matrix::new(rows, cols, data).map_err(candle_core::Error::Msg)?;
-            Ok(Self::Q4_1(Arc::new(m)))
-        } else {
-            Ok(Self::Candle {
+        let format = match q.dtype() {
+            GgmlDType::Q4_1 => Some(Format::Q4_1),
+            GgmlDType::Q8_0 => Some(Format::Q8_0),
+            _ => None,
+        };
+        match format {
+            Some(f) if cols % crate::quant::QK == 0 => {
+                let data = q.data()?.into_owned();
+                let m = QMatrix::new(f, rows, cols, data).map_err(candle_core::Error::Msg)?;
+                Ok(Self::Own(Arc::new(m)))
+            }
+            _ => Ok(Self::Candle {
                 mm: QMatMul::from_qtensor(q)?,
                 rows,
-            })
+            }),
         }
     }
 
     fn rows(&self) -> usize {
         match self {
-            Self::Q4_1(m) => m.rows(),
+            Self::Own(m) => m.rows(),
             Self::Candle { rows, .. } => *rows,
         }
     }
 }
 
-/// The token embedding: Q4_1 rows dequantised on lookup, or a dequantised f32 table.
+/// The token embedding: quantised rows dequantised on lookup, or a dequantised f32 table.
 #[derive(Debug, Clone)]
 enum Embedding {
-    Q4_1(Arc<Q4_1Matrix>),
+    Own(Arc<QMatrix>),
     F32 { table: Arc<Vec<f32>>, cols: usize },
 }
 
@@ -272,7 +279,7 @@ impl ModelWeights {
         }
         let embd_linear = Linear::new(embd)?;
         let embed = match &embd_linear {
-            Linear::Q4_1(m) => Embedding::Q4_1(m.clone()),
+            Linear::Own(m) => Embedding::Own(m.clone()),
             Linear::Candle { .. } => {
                 let q = tensor("token_embd.weight")?;
                 Embedding::F32 {
@@ -438,7 +445,7 @@ fn forward_impl(
     let mut x = vec![0f32; n * dim];
     for (t, row) in tokens.iter().zip(x.chunks_exact_mut(dim)) {
         match &w.embed {
-            Embedding::Q4_1(m) => m.dequantize_row(*t as usize, row),
+            Embedding::Own(m) => m.dequantize_row(*t as usize, row),
             Embedding::F32 { table, cols } => {
                 row.copy_from_slice(&table[*t as usize * cols..(*t as usize + 1) * cols])
             }
@@ -521,7 +528,7 @@ fn rope(x: &mut [f32], hd: usize, cos: &[f32], sin: &[f32]) {
     }
 }
 
-/// `x` (`n` rows) times each matrix; one output of `n x rows` per matrix. The Q4_1
+/// `x` (`n` rows) times each matrix; one output of `n x rows` per matrix. Our own
 /// matrices share one quantisation of `x` and one parallel pass over their rows.
 fn project<const N: usize>(
     isa: Isa,
@@ -532,13 +539,13 @@ fn project<const N: usize>(
 ) -> Result<[Vec<f32>; N]> {
     let k = x.len() / n;
     let mut outs: [Vec<f32>; N] = std::array::from_fn(|i| vec![0f32; n * lins[i].rows()]);
-    if lins.iter().any(|l| matches!(l, Linear::Q4_1(_))) {
+    if lins.iter().any(|l| matches!(l, Linear::Own(_))) {
         acts.quantize(x, n, k);
         let acts = &*acts;
         let threads = threads();
-        let mut tasks: Vec<(&Q4_1Matrix, usize, &mut [f32])> = Vec::new();
+        let mut tasks: Vec<(&QMatrix, usize, &mut [f32])> = Vec::new();
         for (lin, out) in lins.iter().zip(outs.iter_mut()) {
-            if let Linear::Q4_1(m) = lin {
+            if let Linear::Own(m) = lin {
                 if m.cols() != k {
                     return bail(format!(
                         "a {} x {} matrix times activations of width {k}",
@@ -564,7 +571,7 @@ fn project<const N: usize>(
         // The kernel writes row-major by weight row; the model wants token-major.
         if n > 1 {
             for (lin, out) in lins.iter().zip(outs.iter_mut()) {
-                if matches!(lin, Linear::Q4_1(_)) {
+                if matches!(lin, Linear::Own(_)) {
                     *out = transpose(out, lin.rows(), n);
                 }
             }

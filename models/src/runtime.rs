@@ -238,7 +238,7 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
     let own_llama = arch == "llama"
         && match options.llama {
             LlamaBackend::Candle => false,
-            LlamaBackend::Auto => device.is_cpu() && crate::q4_1::Isa::detect().is_simd(),
+            LlamaBackend::Auto => device.is_cpu() && crate::quant::Isa::detect().is_simd(),
             LlamaBackend::Formwork => {
                 if !device.is_cpu() {
                     return Err(ModelError::Device(format!(

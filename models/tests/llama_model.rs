@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use candle_core::quantized::gguf_file;
 use candle_core::Device;
 use formwork_models::llama::ModelWeights;
-use formwork_models::q4_1::Isa;
+use formwork_models::quant::Isa;
 use formwork_models::registry;
 use formwork_models::runtime::{load_with, DeviceChoice, LlamaBackend, LoadOptions, LoadedModel};
 
