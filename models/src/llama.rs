@@ -39,7 +39,7 @@ use candle_core::quantized::{gguf_file, GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Result, Tensor};
 use rayon::prelude::*;
 
-use crate::quant::{Format, Isa, Q8Acts, QMatrix};
+use crate::quant::{axpy, dot_f32, Format, Isa, Q8Acts, QMatrix};
 
 /// The hyper-parameters of a llama model, read from the `llama.*` GGUF metadata.
 #[derive(Debug, Clone, PartialEq)]
@@ -633,61 +633,4 @@ fn attention(isa: Isa, cfg: &Config, q: &[f32], c: &LayerCache, pos: usize, n: u
         }
     }
     out
-}
-
-#[inline(always)]
-fn dot_f32_generic(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ac
-        .remainder()
-        .iter()
-        .zip(bc.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ac.zip(bc) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
-}
-
-#[inline(always)]
-fn axpy_generic(alpha: f32, x: &[f32], y: &mut [f32]) {
-    for (y, x) in y.iter_mut().zip(x) {
-        *y += alpha * x;
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
-    dot_f32_generic(a, b)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn axpy_avx2(alpha: f32, x: &[f32], y: &mut [f32]) {
-    axpy_generic(alpha, x, y)
-}
-
-fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if isa.is_simd() {
-        // SAFETY: a SIMD `Isa` is only detected on CPUs with AVX2 and FMA.
-        return unsafe { dot_f32_avx2(a, b) };
-    }
-    let _ = isa;
-    dot_f32_generic(a, b)
-}
-
-fn axpy(isa: Isa, alpha: f32, x: &[f32], y: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if isa.is_simd() {
-        // SAFETY: as in `dot_f32`.
-        return unsafe { axpy_avx2(alpha, x, y) };
-    }
-    let _ = isa;
-    axpy_generic(alpha, x, y)
 }

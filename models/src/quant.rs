@@ -99,7 +99,7 @@ pub struct QMatrix {
 impl QMatrix {
     /// `data` holds `rows * cols / 32` blocks; `cols` must be a multiple of 32.
     pub fn new(format: Format, rows: usize, cols: usize, data: Vec<u8>) -> Result<Self, String> {
-        if cols == 0 || cols % QK != 0 {
+        if cols == 0 || !cols.is_multiple_of(QK) {
             return Err(format!(
                 "a {format:?} matrix needs a multiple of {QK} columns, got {cols}"
             ));
@@ -224,7 +224,7 @@ pub struct Q8Row<'a> {
 impl Q8Acts {
     /// Quantise `x` (`n` rows of `cols`, `cols` a multiple of 32), reusing this buffer.
     pub fn quantize(&mut self, x: &[f32], n: usize, cols: usize) {
-        assert!(cols % QK == 0 && x.len() == n * cols);
+        assert!(cols.is_multiple_of(QK) && x.len() == n * cols);
         self.n = n;
         self.cols = cols;
         self.qs.resize(n * cols, 0);
@@ -351,6 +351,65 @@ pub fn dot_scalar(f: Format, w: &[u8], a: Q8Row<'_>) -> f32 {
         }
     }
     acc
+}
+
+#[inline(always)]
+fn dot_f32_generic(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ac
+        .remainder()
+        .iter()
+        .zip(bc.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ac.zip(bc) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+#[inline(always)]
+fn axpy_generic(alpha: f32, x: &[f32], y: &mut [f32]) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y += alpha * x;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
+    dot_f32_generic(a, b)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn axpy_avx2(alpha: f32, x: &[f32], y: &mut [f32]) {
+    axpy_generic(alpha, x, y)
+}
+
+/// `a . b` in f32 (attention scores).
+pub fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if isa.is_simd() {
+        // SAFETY: a SIMD `Isa` is only detected on CPUs with AVX2 and FMA.
+        return unsafe { dot_f32_avx2(a, b) };
+    }
+    let _ = isa;
+    dot_f32_generic(a, b)
+}
+
+/// `y += alpha * x` in f32 (attention's weighted sum).
+pub fn axpy(isa: Isa, alpha: f32, x: &[f32], y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.is_simd() {
+        // SAFETY: as in `dot_f32`.
+        return unsafe { axpy_avx2(alpha, x, y) };
+    }
+    let _ = isa;
+    axpy_generic(alpha, x, y)
 }
 
 #[cfg(target_arch = "x86_64")]
