@@ -95,6 +95,11 @@ impl Config {
             ));
         }
         let head_dim = hidden_size / num_attention_heads;
+        if head_dim % 2 != 0 {
+            return bail(format!(
+                "the head size {head_dim} (llama.embedding_length / head_count) is odd; RoPE needs pairs"
+            ));
+        }
         let rope_dim = get("llama.rope.dimension_count")?;
         if rope_dim != head_dim {
             return bail(format!(
