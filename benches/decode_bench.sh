@@ -16,6 +16,7 @@
 #   RUNS       runs per configuration, best taken (default 3).
 #   THREADS    thread counts to try (default "1 2").
 #   CANDLE_BARRIER_POOL_SPIN_LIMIT  defaults to 0 here, as in formwork itself.
+#   CARGO_TARGET_DIR  where cargo builds formwork (default target/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CANDLE_BARRIER_POOL_SPIN_LIMIT="${CANDLE_BARRIER_POOL_SPIN_LIMIT:-0}"
@@ -27,7 +28,7 @@ MODELS=("$@")
 [ ${#MODELS[@]} -eq 0 ] && MODELS=(smollm2-135m gemma3-270m)
 
 cargo build --release --quiet --bin formwork
-BIN=target/release/formwork
+BIN="${CARGO_TARGET_DIR:-target}/release/formwork"
 PROMPT="$(cat benches/prompt.txt)"
 have_llama=0
 if [ -n "${LLAMA_BENCH:-}" ] && [ -x "$LLAMA_BENCH" ]; then have_llama=2

@@ -8,6 +8,8 @@
 pub mod chat;
 pub mod error;
 pub mod gemma3;
+pub mod llama;
+pub mod quant;
 pub mod registry;
 pub mod runtime;
 pub mod tokenizer;

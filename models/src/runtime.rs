@@ -14,6 +14,14 @@
 //! near-lossless). SmolLM2 Q4_1 then decodes about 4x faster. [`LoadOptions::requantize`]
 //! turns it off.
 //!
+//! ## Llama on the CPU
+//! A `llama` model on the CPU runs through formwork's own model file ([`crate::llama`]),
+//! which computes Q4_1 tensors from the file's 4-bit blocks with AVX2 / AVX-512 VNNI
+//! kernels and keeps a KV cache that grows in place; Q4_1 is then not requantised.
+//! [`LoadOptions::llama`] chooses: [`LlamaBackend::Auto`] takes it on a CPU that has the
+//! SIMD kernels (x86-64 with AVX2, FMA and F16C) and candle's `quantized_llama` elsewhere
+//! (GPUs, ARM, old x86), where the requantisation above still applies.
+//!
 //! ## Threads
 //! candle's CPU pool takes `CANDLE_NUM_THREADS` (else `RAYON_NUM_THREADS`, else the number
 //! of physical cores), and its idle workers spin for `CANDLE_BARRIER_POOL_SPIN_LIMIT`
@@ -157,12 +165,26 @@ impl std::fmt::Debug for LoadedModel {
     }
 }
 
+/// Which model file runs a `llama` GGUF (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LlamaBackend {
+    /// formwork's own on a CPU with its SIMD kernels, else candle's.
+    #[default]
+    Auto,
+    /// formwork's own ([`crate::llama`]); CPU only (its scalar kernel where there is no SIMD).
+    Formwork,
+    /// candle-transformers' `quantized_llama`.
+    Candle,
+}
+
 /// How to load a model.
 #[derive(Debug, Clone, Copy)]
 pub struct LoadOptions {
     pub device: DeviceChoice,
-    /// Requantise Q4_1 / Q5_0 / Q5_1 tensors to Q8_0 at load (see the module doc).
+    /// Requantise Q4_1 / Q5_0 / Q5_1 tensors to Q8_0 at load (see the module doc); Q4_1
+    /// stays as stored when formwork's llama model runs it.
     pub requantize: bool,
+    pub llama: LlamaBackend,
 }
 
 impl Default for LoadOptions {
@@ -170,6 +192,7 @@ impl Default for LoadOptions {
         Self {
             device: DeviceChoice::Auto,
             requantize: true,
+            llama: LlamaBackend::Auto,
         }
     }
 }
@@ -212,11 +235,37 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
     // The tokenizer comes before the weights: it is cheap and names the missing key.
     let tokenizer = GgufTokenizer::from_gguf(&gguf.content).map_err(|e| file_err(one_line(&e)))?;
     let device = options.device.device()?;
+    let own_llama = arch == "llama"
+        && match options.llama {
+            LlamaBackend::Candle => false,
+            LlamaBackend::Auto => device.is_cpu() && crate::quant::Isa::detect().is_simd(),
+            LlamaBackend::Formwork => {
+                if !device.is_cpu() {
+                    return Err(ModelError::Device(format!(
+                        "formwork's llama model runs on the CPU only, not {device:?}; use --device cpu"
+                    )));
+                }
+                true
+            }
+        };
     if options.requantize {
-        gguf.requantize_slow_tensors()?;
+        // formwork's llama model has its own Q4_1 kernel; the others still go to Q8_0.
+        let keep: &[GgmlDType] = if own_llama { &[GgmlDType::Q4_1] } else { &[] };
+        gguf.requantize_slow_tensors(keep)?;
     }
     let context_length = gguf.context_length(&arch);
     let (model, context_length): (Box<dyn LanguageModel>, usize) = match arch.as_str() {
+        "llama" if own_llama => {
+            let weights =
+                crate::llama::ModelWeights::from_gguf(gguf.content, &mut gguf.reader, &device)
+                    .map_err(|e| file_err(format!("loading llama weights: {}", one_line(&e))))?;
+            let vocab = weights.config().vocab_size;
+            let ctx = weights.config().context_length;
+            (
+                Box::new(CandleModel::new(weights, vocab, ctx, device.clone())),
+                ctx,
+            )
+        }
         "llama" => {
             let vocab = gguf.vocab_rows("output.weight", "token_embd.weight")?;
             let weights =
@@ -271,6 +320,15 @@ impl Weights for quantized_llama::ModelWeights {
     }
     fn clear_kv_cache(&mut self) {
         quantized_llama::ModelWeights::clear_kv_cache(self)
+    }
+}
+
+impl Weights for crate::llama::ModelWeights {
+    fn forward(&mut self, input: &Tensor, index_pos: usize) -> candle_core::Result<Tensor> {
+        crate::llama::ModelWeights::forward(self, input, index_pos)
+    }
+    fn clear_kv_cache(&mut self) {
+        crate::llama::ModelWeights::clear_kv_cache(self)
     }
 }
 
@@ -479,15 +537,16 @@ impl GgufFile {
         Ok(info.shape.dims()[0])
     }
 
-    /// Requantise the tensors candle has no SIMD kernel for (Q4_1, Q5_0, Q5_1) to Q8_0.
+    /// Requantise the tensors candle has no SIMD kernel for (Q4_1, Q5_0, Q5_1) to Q8_0,
+    /// but those of a type in `keep`.
     /// The new data goes after the end of the file in [`SplicedReader`], and the tensor
     /// infos are pointed at it, so the model file's own loader reads Q8_0 without knowing.
-    fn requantize_slow_tensors(&mut self) -> Result<usize> {
+    fn requantize_slow_tensors(&mut self, keep: &[GgmlDType]) -> Result<usize> {
         let mut names: Vec<String> = self
             .content
             .tensor_infos
             .iter()
-            .filter(|(_, info)| needs_requant(info))
+            .filter(|(_, info)| needs_requant(info) && !keep.contains(&info.ggml_dtype))
             .map(|(name, _)| name.clone())
             .collect();
         names.sort();

@@ -35,6 +35,7 @@ fn load_err(path: &Path) -> String {
         LoadOptions {
             device: DeviceChoice::Cpu,
             requantize: true,
+            ..LoadOptions::default()
         },
     )
     .err()
@@ -131,6 +132,7 @@ fn unsupported_architecture_is_named() {
         LoadOptions {
             device: DeviceChoice::Cpu,
             requantize: true,
+            ..LoadOptions::default()
         },
     )
     .err()

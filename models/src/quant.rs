@@ -1,0 +1,706 @@
+//! Quantised weights times 8-bit activations: the matmuls of [`crate::llama`] on the CPU.
+//!
+//! candle 0.11.1 runs Q4_1 matmuls with a scalar loop, so the runtime used to requantise
+//! those tensors to Q8_0 at load (8 bits per weight where the file has 4.5). This module
+//! computes with the file's own blocks, Q4_1 and Q8_0, the way llama.cpp does
+//! (`ggml_vec_dot_q4_1_q8_1`, `ggml_vec_dot_q8_0_q8_0`):
+//!
+//! ```text
+//! Q4_1 block (20 bytes, as in the GGUF file): d: f16, m: f16, 16 bytes of nibbles
+//!     w[i] = d * q[i] + m        (q[i] in 0..16; low nibbles are i < 16, high ones i >= 16)
+//! Q8_0 block (34 bytes): d: f16, 32 x i8       w[i] = d * q[i]
+//! activation block (Q8Acts):  d8: f32, s8 = d8 * sum(a[i]), a: 32 x i8   (x[i] ~ d8 * a[i])
+//! dot = d * d8 * sum(q[i] * a[i]) + m * s8     (m = 0 for Q8_0)
+//! ```
+//!
+//! The integer sum runs on AVX2 (`vpmaddubsw` + `vpmaddwd`), or on AVX-512 VNNI
+//! (`vpdpbusd`), chosen at run time by [`Isa::detect`]; [`Isa::Scalar`] is the portable
+//! reference the SIMD paths are tested against. All paths give the same integer sums, and
+//! differ only in the order of the f32 accumulation. The SIMD tiles (four rows for
+//! decoding, four tokens for prefill) add in the same order as a single dot, so a token
+//! gets bit-identical results alone or in a batch.
+
+use std::sync::OnceLock;
+
+/// Weights per block.
+pub const QK: usize = 32;
+
+/// The instruction set a kernel uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    Scalar,
+    /// AVX2 + FMA + F16C.
+    Avx2,
+    /// AVX2 plus AVX-512 VNNI on 256-bit registers (`vpdpbusd`).
+    Avx512Vnni,
+}
+
+impl Isa {
+    /// The best kernel this CPU runs, detected once.
+    pub fn detect() -> Isa {
+        static ISA: OnceLock<Isa> = OnceLock::new();
+        *ISA.get_or_init(|| {
+            let all = Self::available();
+            *all.last().unwrap_or(&Isa::Scalar)
+        })
+    }
+
+    /// Every kernel this CPU can run, slowest first (always starts with `Scalar`).
+    pub fn available() -> Vec<Isa> {
+        #[allow(unused_mut)]
+        let mut v = vec![Isa::Scalar];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c")
+            {
+                v.push(Isa::Avx2);
+                if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
+                    v.push(Isa::Avx512Vnni);
+                }
+            }
+        }
+        v
+    }
+
+    /// Whether this kernel beats candle's own path (which requantises to Q8_0 and has SIMD).
+    pub fn is_simd(self) -> bool {
+        self != Isa::Scalar
+    }
+}
+
+/// A block format this module computes with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Q4_1,
+    Q8_0,
+}
+
+impl Format {
+    /// Bytes per block of 32 weights.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            Format::Q4_1 => 20,
+            Format::Q8_0 => 34,
+        }
+    }
+}
+
+/// A row-major quantised matrix of `rows` x `cols`, in the GGUF block layout.
+#[derive(Debug, Clone)]
+pub struct QMatrix {
+    format: Format,
+    rows: usize,
+    cols: usize,
+    data: Vec<u8>,
+}
+
+impl QMatrix {
+    /// `data` holds `rows * cols / 32` blocks; `cols` must be a multiple of 32.
+    pub fn new(format: Format, rows: usize, cols: usize, data: Vec<u8>) -> Result<Self, String> {
+        if cols == 0 || !cols.is_multiple_of(QK) {
+            return Err(format!(
+                "a {format:?} matrix needs a multiple of {QK} columns, got {cols}"
+            ));
+        }
+        let want = rows * (cols / QK) * format.block_bytes();
+        if data.len() != want {
+            return Err(format!(
+                "a {rows} x {cols} {format:?} matrix has {want} bytes, got {}",
+                data.len()
+            ));
+        }
+        Ok(Self {
+            format,
+            rows,
+            cols,
+            data,
+        })
+    }
+
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    fn row_bytes(&self) -> usize {
+        self.cols / QK * self.format.block_bytes()
+    }
+
+    fn row(&self, r: usize) -> &[u8] {
+        let n = self.row_bytes();
+        &self.data[r * n..(r + 1) * n]
+    }
+
+    /// Row `r` as f32 (an embedding lookup).
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        assert_eq!(out.len(), self.cols);
+        let bb = self.format.block_bytes();
+        for (block, out) in self.row(r).chunks_exact(bb).zip(out.chunks_exact_mut(QK)) {
+            let d = f16_at(block, 0);
+            match self.format {
+                Format::Q4_1 => {
+                    let m = f16_at(block, 2);
+                    for (i, &b) in block[4..].iter().enumerate() {
+                        out[i] = d * (b & 0x0f) as f32 + m;
+                        out[i + 16] = d * (b >> 4) as f32 + m;
+                    }
+                }
+                Format::Q8_0 => {
+                    for (o, &q) in out.iter_mut().zip(&block[2..]) {
+                        *o = d * q as i8 as f32;
+                    }
+                }
+            }
+        }
+    }
+
+    /// `out[(r - r0) * n + t] = dot(row r, token t)` for the rows `r0..r0 + out.len() / n`
+    /// (row-major by weight row: a caller splits the rows between threads).
+    pub fn dot_rows(&self, isa: Isa, r0: usize, acts: &Q8Acts, out: &mut [f32]) {
+        assert_eq!(acts.cols, self.cols, "activation width");
+        let n = acts.n;
+        assert_eq!(out.len() % n.max(1), 0);
+        let rows = out.len() / n.max(1);
+        assert!(r0 + rows <= self.rows);
+        if n == 1 {
+            // Decode: four rows share each load of the activations.
+            let mut i = 0;
+            while i + 4 <= rows {
+                let w = std::array::from_fn(|j| self.row(r0 + i + j));
+                out[i..i + 4].copy_from_slice(&dot_4rows(isa, self.format, w, acts.token(0)));
+                i += 4;
+            }
+            for (j, o) in out[i..].iter_mut().enumerate() {
+                *o = dot(isa, self.format, self.row(r0 + i + j), acts.token(0));
+            }
+            return;
+        }
+        // Prefill: each row's nibbles are unpacked once for four tokens.
+        for (i, out_row) in out.chunks_exact_mut(n).enumerate() {
+            let w = self.row(r0 + i);
+            let mut t = 0;
+            while t + 4 <= n {
+                let a = std::array::from_fn(|j| acts.token(t + j));
+                out_row[t..t + 4].copy_from_slice(&dot_4tokens(isa, self.format, w, a));
+                t += 4;
+            }
+            for (j, o) in out_row[t..].iter_mut().enumerate() {
+                *o = dot(isa, self.format, w, acts.token(t + j));
+            }
+        }
+    }
+}
+
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    half::f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
+}
+
+/// Activations quantised to 8 bits per block of 32, `n` tokens of `cols` values.
+#[derive(Debug, Clone, Default)]
+pub struct Q8Acts {
+    n: usize,
+    cols: usize,
+    qs: Vec<i8>,
+    /// Per block: `[d8, d8 * sum(a)]`.
+    ds: Vec<[f32; 2]>,
+}
+
+/// One token's quantised activations.
+#[derive(Clone, Copy)]
+pub struct Q8Row<'a> {
+    qs: &'a [i8],
+    ds: &'a [[f32; 2]],
+}
+
+impl Q8Acts {
+    /// Quantise `x` (`n` rows of `cols`, `cols` a multiple of 32), reusing this buffer.
+    pub fn quantize(&mut self, x: &[f32], n: usize, cols: usize) {
+        assert!(cols.is_multiple_of(QK) && x.len() == n * cols);
+        self.n = n;
+        self.cols = cols;
+        self.qs.resize(n * cols, 0);
+        self.ds.resize(n * cols / QK, [0.0; 2]);
+        for ((xb, qb), ds) in x
+            .chunks_exact(QK)
+            .zip(self.qs.chunks_exact_mut(QK))
+            .zip(self.ds.iter_mut())
+        {
+            let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+            let mut sum = 0i32;
+            for (q, &v) in qb.iter_mut().zip(xb) {
+                // Round to nearest, ties to even, without a libm call: exact for |v| <= 127.
+                const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23
+                let r = ((v * id + MAGIC) - MAGIC) as i32;
+                *q = r as i8;
+                sum += r;
+            }
+            *ds = [d, d * sum as f32];
+        }
+    }
+
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    fn token(&self, t: usize) -> Q8Row<'_> {
+        let nb = self.cols / QK;
+        Q8Row {
+            qs: &self.qs[t * self.cols..(t + 1) * self.cols],
+            ds: &self.ds[t * nb..(t + 1) * nb],
+        }
+    }
+}
+
+/// One weight row (`w`, GGUF blocks of `f`) times one token's activations.
+pub fn dot(isa: Isa, f: Format, w: &[u8], a: Q8Row<'_>) -> f32 {
+    assert_eq!(w.len(), a.ds.len() * f.block_bytes());
+    assert_eq!(a.qs.len(), a.ds.len() * QK);
+    match (isa, f) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY (all SIMD arms): `available()` yields `Avx2` only where the CPU has AVX2,
+        // FMA and F16C, and `Avx512Vnni` only where it also has AVX-512 VNNI and VL; the
+        // lengths were checked above.
+        (Isa::Avx2, Format::Q4_1) => unsafe { x86::dot_q4_1_avx2(w, a) },
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512Vnni, Format::Q4_1) => unsafe { x86::dot_q4_1_vnni(w, a) },
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx2, Format::Q8_0) => unsafe { x86::dot_q8_0_avx2(w, a) },
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512Vnni, Format::Q8_0) => unsafe { x86::dot_q8_0_vnni(w, a) },
+        _ => dot_scalar(f, w, a),
+    }
+}
+
+/// Four weight rows times one token's activations.
+pub fn dot_4rows(isa: Isa, f: Format, w: [&[u8]; 4], a: Q8Row<'_>) -> [f32; 4] {
+    for r in &w {
+        assert_eq!(r.len(), a.ds.len() * f.block_bytes());
+    }
+    assert_eq!(a.qs.len(), a.ds.len() * QK);
+    match (isa, f) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `dot`.
+        (Isa::Avx2, Format::Q4_1) => unsafe { x86::dot_4rows_q4_1_avx2(w, a) },
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512Vnni, Format::Q4_1) => unsafe { x86::dot_4rows_q4_1_vnni(w, a) },
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx2, Format::Q8_0) => unsafe { x86::dot_4rows_q8_0_avx2(w, a) },
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512Vnni, Format::Q8_0) => unsafe { x86::dot_4rows_q8_0_vnni(w, a) },
+        _ => w.map(|w| dot_scalar(f, w, a)),
+    }
+}
+
+/// One weight row times four tokens' activations.
+pub fn dot_4tokens(isa: Isa, f: Format, w: &[u8], a: [Q8Row<'_>; 4]) -> [f32; 4] {
+    for t in &a {
+        assert_eq!(w.len(), t.ds.len() * f.block_bytes());
+        assert_eq!(t.qs.len(), t.ds.len() * QK);
+    }
+    match (isa, f) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `dot`.
+        (Isa::Avx2, Format::Q4_1) => unsafe { x86::dot_4tokens_q4_1_avx2(w, a) },
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512Vnni, Format::Q4_1) => unsafe { x86::dot_4tokens_q4_1_vnni(w, a) },
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx2, Format::Q8_0) => unsafe { x86::dot_4tokens_q8_0_avx2(w, a) },
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512Vnni, Format::Q8_0) => unsafe { x86::dot_4tokens_q8_0_vnni(w, a) },
+        _ => a.map(|a| dot_scalar(f, w, a)),
+    }
+}
+
+/// The reference: integer sums per block, then the two scale terms.
+pub fn dot_scalar(f: Format, w: &[u8], a: Q8Row<'_>) -> f32 {
+    let mut acc = 0f32;
+    for ((block, qa), ds) in w
+        .chunks_exact(f.block_bytes())
+        .zip(a.qs.chunks_exact(QK))
+        .zip(a.ds)
+    {
+        let d = f16_at(block, 0);
+        match f {
+            Format::Q4_1 => {
+                let m = f16_at(block, 2);
+                let mut isum = 0i32;
+                for (i, &b) in block[4..].iter().enumerate() {
+                    isum += (b & 0x0f) as i32 * qa[i] as i32 + (b >> 4) as i32 * qa[i + 16] as i32;
+                }
+                acc += d * ds[0] * isum as f32 + m * ds[1];
+            }
+            Format::Q8_0 => {
+                let isum: i32 = block[2..]
+                    .iter()
+                    .zip(qa)
+                    .map(|(&w, &a)| w as i8 as i32 * a as i32)
+                    .sum();
+                acc += d * ds[0] * isum as f32;
+            }
+        }
+    }
+    acc
+}
+
+#[inline(always)]
+fn dot_f32_generic(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ac
+        .remainder()
+        .iter()
+        .zip(bc.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ac.zip(bc) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+#[inline(always)]
+fn axpy_generic(alpha: f32, x: &[f32], y: &mut [f32]) {
+    for (y, x) in y.iter_mut().zip(x) {
+        *y += alpha * x;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_f32_avx2(a: &[f32], b: &[f32]) -> f32 {
+    dot_f32_generic(a, b)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn axpy_avx2(alpha: f32, x: &[f32], y: &mut [f32]) {
+    axpy_generic(alpha, x, y)
+}
+
+/// `a . b` in f32 (attention scores).
+pub fn dot_f32(isa: Isa, a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if isa.is_simd() {
+        // SAFETY: a SIMD `Isa` is only detected on CPUs with AVX2 and FMA.
+        return unsafe { dot_f32_avx2(a, b) };
+    }
+    let _ = isa;
+    dot_f32_generic(a, b)
+}
+
+/// `y += alpha * x` in f32 (attention's weighted sum).
+pub fn axpy(isa: Isa, alpha: f32, x: &[f32], y: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.is_simd() {
+        // SAFETY: as in `dot_f32`.
+        return unsafe { axpy_avx2(alpha, x, y) };
+    }
+    let _ = isa;
+    axpy_generic(alpha, x, y)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{Q8Row, QK};
+    use std::arch::x86_64::*;
+
+    /// Q4_1: the 32 weights of a block as unsigned bytes 0..16, in element order.
+    #[inline(always)]
+    unsafe fn q4_1_weights(p: *const u8) -> __m256i {
+        let q = _mm_loadu_si128(p.add(4) as *const __m128i);
+        let mask = _mm_set1_epi8(0x0f);
+        let lo = _mm_and_si128(q, mask);
+        let hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
+        _mm256_set_m128i(hi, lo)
+    }
+
+    /// Q4_1: `[d, m, 0, 0]`.
+    #[inline(always)]
+    unsafe fn q4_1_dm(p: *const u8) -> __m128 {
+        _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const i32).read_unaligned()))
+    }
+
+    /// Q8_0: the 32 signed weights of a block.
+    #[inline(always)]
+    unsafe fn q8_0_weights(p: *const u8) -> __m256i {
+        _mm256_loadu_si256(p.add(2) as *const __m256i)
+    }
+
+    /// Q8_0: `[d, 0, 0, 0]`.
+    #[inline(always)]
+    unsafe fn q8_0_dm(p: *const u8) -> __m128 {
+        let d = (p as *const u16).read_unaligned() as i32;
+        _mm_cvtph_ps(_mm_cvtsi32_si128(d))
+    }
+
+    /// `[d8, s8, 0, 0]` of an activation block.
+    #[inline(always)]
+    unsafe fn act_ds(ds: *const [f32; 2]) -> __m128 {
+        _mm_castpd_ps(_mm_load_sd(ds as *const f64))
+    }
+
+    #[inline(always)]
+    unsafe fn hsum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+        _mm_cvtss_f32(s)
+    }
+
+    /// The dot from its accumulators: lane 1 of `macc` holds the sum of the `m * s8` terms.
+    #[inline(always)]
+    unsafe fn finish(acc: __m256, macc: __m128) -> f32 {
+        hsum(acc) + _mm_cvtss_f32(_mm_shuffle_ps(macc, macc, 1))
+    }
+
+    // Integer sums of one block. Unsigned weights (Q4_1) go straight in; signed ones
+    // (Q8_0) move their sign onto the activations, as llama.cpp does.
+    #[inline(always)]
+    unsafe fn isum_u_avx2(w: __m256i, a: __m256i) -> __m256i {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1))
+    }
+    #[inline(always)]
+    unsafe fn isum_s_avx2(w: __m256i, a: __m256i) -> __m256i {
+        isum_u_avx2(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w))
+    }
+    #[inline(always)]
+    unsafe fn isum_u_vnni(w: __m256i, a: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, a)
+    }
+    #[inline(always)]
+    unsafe fn isum_s_vnni(w: __m256i, a: __m256i) -> __m256i {
+        isum_u_vnni(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w))
+    }
+
+    /// One block into one accumulator pair; the same steps in every kernel below.
+    macro_rules! step {
+        ($acc:expr, $macc:expr, $wv:expr, $dm:expr, $a:expr, $b:expr, $isum:ident) => {{
+            let s = _mm_mul_ps($dm, act_ds($a.ds.as_ptr().add($b)));
+            let av = _mm256_loadu_si256($a.qs.as_ptr().add($b * QK) as *const __m256i);
+            let i = $isum($wv, av);
+            $acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_broadcastss_ps(s), $acc);
+            $macc = _mm_add_ps($macc, s);
+        }};
+    }
+
+    macro_rules! kernels {
+        ($features:literal, $bb:expr, $weights:ident, $dm:ident, $isum:ident,
+         $dot:ident, $rows:ident, $tokens:ident) => {
+            #[target_feature(enable = $features)]
+            pub unsafe fn $dot(w: &[u8], a: Q8Row<'_>) -> f32 {
+                let (mut acc, mut macc) = (_mm256_setzero_ps(), _mm_setzero_ps());
+                for b in 0..a.ds.len() {
+                    let p = w.as_ptr().add(b * $bb);
+                    step!(acc, macc, $weights(p), $dm(p), a, b, $isum);
+                }
+                finish(acc, macc)
+            }
+
+            /// Four rows share each activation load (decoding).
+            #[target_feature(enable = $features)]
+            pub unsafe fn $rows(w: [&[u8]; 4], a: Q8Row<'_>) -> [f32; 4] {
+                let mut acc = [_mm256_setzero_ps(); 4];
+                let mut macc = [_mm_setzero_ps(); 4];
+                for b in 0..a.ds.len() {
+                    for r in 0..4 {
+                        let p = w[r].as_ptr().add(b * $bb);
+                        step!(acc[r], macc[r], $weights(p), $dm(p), a, b, $isum);
+                    }
+                }
+                std::array::from_fn(|r| finish(acc[r], macc[r]))
+            }
+
+            /// Four tokens share each unpacked weight block (prefill).
+            #[target_feature(enable = $features)]
+            pub unsafe fn $tokens(w: &[u8], a: [Q8Row<'_>; 4]) -> [f32; 4] {
+                let mut acc = [_mm256_setzero_ps(); 4];
+                let mut macc = [_mm_setzero_ps(); 4];
+                for b in 0..a[0].ds.len() {
+                    let p = w.as_ptr().add(b * $bb);
+                    let (wv, dm) = ($weights(p), $dm(p));
+                    for t in 0..4 {
+                        step!(acc[t], macc[t], wv, dm, a[t], b, $isum);
+                    }
+                }
+                std::array::from_fn(|t| finish(acc[t], macc[t]))
+            }
+        };
+    }
+
+    kernels!(
+        "avx2,fma,f16c",
+        20,
+        q4_1_weights,
+        q4_1_dm,
+        isum_u_avx2,
+        dot_q4_1_avx2,
+        dot_4rows_q4_1_avx2,
+        dot_4tokens_q4_1_avx2
+    );
+    kernels!(
+        "avx2,fma,f16c,avx512vnni,avx512vl",
+        20,
+        q4_1_weights,
+        q4_1_dm,
+        isum_u_vnni,
+        dot_q4_1_vnni,
+        dot_4rows_q4_1_vnni,
+        dot_4tokens_q4_1_vnni
+    );
+    kernels!(
+        "avx2,fma,f16c",
+        34,
+        q8_0_weights,
+        q8_0_dm,
+        isum_s_avx2,
+        dot_q8_0_avx2,
+        dot_4rows_q8_0_avx2,
+        dot_4tokens_q8_0_avx2
+    );
+    kernels!(
+        "avx2,fma,f16c,avx512vnni,avx512vl",
+        34,
+        q8_0_weights,
+        q8_0_dm,
+        isum_s_vnni,
+        dot_q8_0_vnni,
+        dot_4rows_q8_0_vnni,
+        dot_4tokens_q8_0_vnni
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small deterministic generator (xorshift), so failures reproduce.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn f32(&mut self) -> f32 {
+            (self.next() % 20_001) as f32 / 10_000.0 - 1.0
+        }
+    }
+
+    fn random_matrix(rng: &mut Rng, f: Format, rows: usize, cols: usize) -> QMatrix {
+        let mut data = Vec::new();
+        for _ in 0..rows * cols / QK {
+            let d = half::f16::from_f32(rng.f32() * 0.1).to_bits().to_le_bytes();
+            data.extend_from_slice(&d);
+            let rest = match f {
+                Format::Q4_1 => {
+                    let m = half::f16::from_f32(rng.f32() * 0.5).to_bits().to_le_bytes();
+                    data.extend_from_slice(&m);
+                    16
+                }
+                Format::Q8_0 => 32,
+            };
+            for _ in 0..rest {
+                data.push(rng.next() as u8);
+            }
+        }
+        // Extremes: the first block's weights at -128 (Q8_0) or 15 (Q4_1).
+        let at = f.block_bytes() - 16;
+        data[at..at + 16].fill(if f == Format::Q8_0 { 0x80 } else { 0xff });
+        QMatrix::new(f, rows, cols, data).unwrap()
+    }
+
+    /// f64 reference from the dequantised weights and the quantised activations.
+    fn reference(w: &QMatrix, acts: &Q8Acts, r: usize, t: usize) -> f64 {
+        let mut row = vec![0f32; w.cols()];
+        w.dequantize_row(r, &mut row);
+        let a = acts.token(t);
+        let mut s = 0f64;
+        for (i, x) in row.iter().enumerate() {
+            s += *x as f64 * a.ds[i / QK][0] as f64 * a.qs[i] as f64;
+        }
+        s
+    }
+
+    #[test]
+    fn every_kernel_matches_the_reference() {
+        let mut rng = Rng(0x9e3779b97f4a7c15);
+        // Odd row counts, widths that are and are not multiples of 256, one and several
+        // tokens (tiles of four rows or four tokens, and their remainders).
+        for f in [Format::Q4_1, Format::Q8_0] {
+            for &(rows, cols, n) in &[
+                (1, 32, 1),
+                (7, 96, 1),
+                (13, 576, 3),
+                (5, 1536, 2),
+                (3, 2080, 5),
+                (9, 64, 1),
+                (6, 160, 9),
+            ] {
+                let w = random_matrix(&mut rng, f, rows, cols);
+                let x: Vec<f32> = (0..n * cols).map(|_| rng.f32() * 3.0).collect();
+                let mut acts = Q8Acts::default();
+                acts.quantize(&x, n, cols);
+                for isa in Isa::available() {
+                    let mut out = vec![0f32; rows * n];
+                    w.dot_rows(isa, 0, &acts, &mut out);
+                    // A split at row 1, as threads split the rows, gives the same numbers.
+                    let mut split = vec![0f32; (rows - 1) * n];
+                    w.dot_rows(isa, 1, &acts, &mut split);
+                    assert_eq!(out[n..], split[..], "{f:?} {isa:?}");
+                    for r in 0..rows {
+                        for t in 0..n {
+                            let want = reference(&w, &acts, r, t);
+                            let got = out[r * n + t] as f64;
+                            let tol = 1e-4 * (1.0 + want.abs()) * (cols as f64 / 32.0).sqrt();
+                            assert!(
+                                (got - want).abs() <= tol,
+                                "{f:?} {isa:?} rows={rows} cols={cols} r={r} t={t}: {got} vs {want}"
+                            );
+                            // Tiles and single dots add in the same order: batch-invariant.
+                            let alone = dot(isa, f, w.row(r), acts.token(t));
+                            assert_eq!(got as f32, alone, "{f:?} {isa:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn quantised_activations_round_trip_within_half_a_step() {
+        let mut rng = Rng(7);
+        let x: Vec<f32> = (0..64).map(|_| rng.f32()).collect();
+        let mut acts = Q8Acts::default();
+        acts.quantize(&x, 1, 64);
+        for (i, v) in x.iter().enumerate() {
+            let d = acts.ds[i / QK][0];
+            assert!((acts.qs[i] as f32 * d - v).abs() <= d * 0.5 + 1e-6);
+        }
+        let zeros = vec![0f32; 32];
+        acts.quantize(&zeros, 1, 32);
+        assert_eq!(acts.ds[0], [0.0, 0.0]);
+    }
+
+    #[test]
+    fn bad_shapes_are_errors() {
+        assert!(QMatrix::new(Format::Q4_1, 2, 33, vec![0; 40]).is_err());
+        assert!(QMatrix::new(Format::Q4_1, 2, 32, vec![0; 39]).is_err());
+        assert!(QMatrix::new(Format::Q4_1, 2, 32, vec![0; 40]).is_ok());
+        assert!(QMatrix::new(Format::Q8_0, 2, 32, vec![0; 40]).is_err());
+        assert!(QMatrix::new(Format::Q8_0, 2, 32, vec![0; 68]).is_ok());
+    }
+}
