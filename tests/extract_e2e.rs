@@ -144,6 +144,33 @@ fn free_mode_vacation_runs_its_retry_path() {
     assert_eq!(out.status.code(), Some(1), "{env}");
 }
 
+/// A free-mode retry feeds only the answer and the error message on top of the KV
+/// state kept from the first attempt's prompt. It must decode exactly what a full
+/// prefill of the retry prompt decodes (`--no-prefix-reuse`).
+#[test]
+fn free_mode_retry_reuses_the_first_prompt_without_changing_the_answer() {
+    let Some(home) = home() else { return };
+    let run = |extra: &[&str]| -> Value {
+        let out = formwork(&home)
+            .args(["extract", "--json", "--mode", "free", "--retries", "1"])
+            .args(["--max-tokens", "3", "--schema"])
+            .arg(examples().join("vacation.schema.json"))
+            .arg("--input")
+            .arg(examples().join("vacation_request.txt"))
+            .args(extra)
+            .output()
+            .unwrap();
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let reused = run(&[]);
+    let full = run(&["--no-prefix-reuse"]);
+    // Three tokens are too few for the object: both runs must retry.
+    assert_eq!(reused["attempts"], 2, "{reused}");
+    assert_eq!(full["attempts"], 2, "{full}");
+    assert_eq!(reused["text"], full["text"], "{reused}\n{full}");
+    assert_eq!(reused["tokens_prompt"], full["tokens_prompt"]);
+}
+
 #[test]
 fn ctrl_c_leaves_a_consistent_batch_that_resumes() {
     let Some(home) = home() else { return };

@@ -73,8 +73,9 @@ pub struct ExtractArgs {
     /// Disable jump-forward (forced tokens are then sampled one by one).
     #[arg(long)]
     pub no_jump_forward: bool,
-    /// Batch: recompute the prompt prefix shared by every record (system message and
-    /// schema) for each record instead of reusing its KV state. For measuring the reuse.
+    /// Recompute prompts in full instead of reusing KV state: the prefix shared by every
+    /// record of a batch (system message and schema), and a free-mode retry's first
+    /// prompt. For measuring the reuse.
     #[arg(long)]
     pub no_prefix_reuse: bool,
     /// Do not show batch progress.
@@ -197,7 +198,7 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
     let summary = batch::run(&mut engine, &mut schema, &opts, &bopts, interrupted)?;
     eprintln!(
         "batch: {} processed, {} already done, {} valid, {} invalid, {} errors, \
-         {:.1} s, {} prompt tokens reused from the shared prefix{}",
+         {:.1} s, {} prompt tokens reused from cached KV state (shared prefix, retries){}",
         summary.processed,
         summary.skipped_done,
         summary.valid,

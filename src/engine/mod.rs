@@ -394,12 +394,35 @@ impl Engine {
             prompt::msg("user", document),
         ];
         let mut sampler = Sampler::new(opts.sampling.clone(), opts.seed);
+        // The KV state right after the previous attempt's prompt: a retry's prompt
+        // is that prompt plus the answer and the error message, so only those are fed.
+        let mut previous: Option<PrefixCache> = None;
         for attempt in 1..=opts.retries + 1 {
             let ids = self.prompt_tokens(&messages)?;
-            let shared = self.shared_prefix_len(&system, &ids)?;
             ex.tokens_prompt += ids.len();
             ex.attempts = attempt;
-            let logits = self.prefill(&ids, shared)?;
+            let logits = match previous.take() {
+                Some(p)
+                    if self.reuse_prefix
+                        && ids.len() > p.tokens.len()
+                        && ids.starts_with(&p.tokens) =>
+                {
+                    let n = p.tokens.len();
+                    self.loaded.model = p.model;
+                    self.prefix_tokens_reused += n;
+                    self.loaded.model.forward(&ids[n..], n)?
+                }
+                _ => {
+                    let shared = self.shared_prefix_len(&system, &ids)?;
+                    self.prefill(&ids, shared)?
+                }
+            };
+            if self.reuse_prefix && attempt <= opts.retries {
+                previous = Some(PrefixCache {
+                    tokens: ids.clone(),
+                    model: self.loaded.model.snapshot(),
+                });
+            }
             let dopts = self.decode_options(opts, started);
             let out = decode_free(
                 self.loaded.model.as_mut(),
