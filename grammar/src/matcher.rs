@@ -248,6 +248,18 @@ struct Cache<A: ByteAutomaton> {
     mask_bytes: usize,
 }
 
+/// A per-state memo entry, `None` while `UNSET`.
+fn memo_get(v: &[u32], s: u32) -> Option<u32> {
+    v.get(s as usize).copied().filter(|&x| x != UNSET)
+}
+
+fn memo_set(v: &mut Vec<u32>, s: u32, x: u32) {
+    if v.len() <= s as usize {
+        v.resize(s as usize + 1, UNSET);
+    }
+    v[s as usize] = x;
+}
+
 struct Typed<A: ByteAutomaton> {
     automaton: Arc<A>,
     cache: Mutex<Cache<A>>,
@@ -356,30 +368,36 @@ impl<A: ByteAutomaton> Cache<A> {
 
     /// The token cost of completing from `s` with the vocabulary `trie` (slot
     /// `slot`): the number of tokens of one particular completion, built by taking
-    /// the longest token that starts a shortest completion (`shortest_completion`),
-    /// stepping over it, and repeating. It is at most the shortest completion in
+    /// one shortest completion (`shortest_completion`) and splitting it into longest
+    /// tokens from the left. It is at most the shortest completion in
     /// bytes, and by construction the first token of that chain, `t`, leads to a
     /// state whose cost is exactly one less: `cost(step(s, t)) = cost(s) - 1`. That is
     /// what budget steering needs (a token that keeps the cost within the tokens left
     /// always exists). `COST_INF` when some completion byte has no token.
     fn tok_cost(&mut self, a: &A, s: u32, trie: &TokTrie, slot: usize) -> u32 {
+        // One shortest completion `w` serves the whole chain: after its first `at`
+        // bytes, `w[at..]` is a shortest completion of the state reached, so each
+        // state's witness is the next one in the chain, with a cost one lower.
         let mut chain = Vec::new();
         let mut cur = s;
+        let mut w = Vec::new();
+        let mut at = 0;
         let mut cost = loop {
-            if let Some(&c) = self.costs[slot].0.get(cur as usize) {
-                if c != UNSET {
-                    break c;
+            if let Some(c) = memo_get(&self.costs[slot].0, cur) {
+                break c;
+            }
+            if at == w.len() {
+                w = a.shortest_completion(&self.states[cur as usize]);
+                at = 0;
+                if w.is_empty() {
+                    break 0;
                 }
             }
-            if self.min_completion(a, cur) == 0 {
-                break 0;
-            }
-            let w = a.shortest_completion(&self.states[cur as usize]);
-            let Some((_, len)) = trie.longest_prefix_token(&w) else {
+            let Some((_, len)) = trie.longest_prefix_token(&w[at..]) else {
                 break COST_INF;
             };
             let mut next = cur;
-            for &b in &w[..len] {
+            for &b in &w[at..at + len] {
                 next = self.next(a, next, b);
             }
             // `w` is a completion, so each of its prefixes is accepted.
@@ -389,39 +407,26 @@ impl<A: ByteAutomaton> Cache<A> {
             }
             chain.push(cur);
             cur = next;
+            at += len;
         };
-        self.set_cost(slot, cur, cost);
+        memo_set(&mut self.costs[slot].0, cur, cost);
         while let Some(st) = chain.pop() {
             cost = if cost == COST_INF { COST_INF } else { cost + 1 };
-            self.set_cost(slot, st, cost);
+            memo_set(&mut self.costs[slot].0, st, cost);
         }
         cost
     }
 
-    fn set_cost(&mut self, slot: usize, s: u32, cost: u32) {
-        let v = &mut self.costs[slot].0;
-        if v.len() <= s as usize {
-            v.resize(s as usize + 1, UNSET);
-        }
-        v[s as usize] = cost;
-    }
-
     /// The largest [`Cache::tok_cost`] over the end states of the tokens allowed at `s`.
     fn max_end_tok_cost(&mut self, a: &A, s: u32, trie: &TokTrie, slot: usize) -> u32 {
-        if let Some(&m) = self.costs[slot].1.get(s as usize) {
-            if m != UNSET {
-                return m;
-            }
+        if let Some(m) = memo_get(&self.costs[slot].1, s) {
+            return m;
         }
         let mut mx = 0u32;
         self.for_each_token(a, s, &trie.full, &mut |c, _tok, end| {
             mx = mx.max(c.tok_cost(a, end, trie, slot));
         });
-        let v = &mut self.costs[slot].1;
-        if v.len() <= s as usize {
-            v.resize(s as usize + 1, UNSET);
-        }
-        v[s as usize] = mx;
+        memo_set(&mut self.costs[slot].1, s, mx);
         mx
     }
 
