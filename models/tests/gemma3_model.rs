@@ -5,26 +5,13 @@
 //! `SKIPPED:` and returns. Run with `CANDLE_BARRIER_POOL_SPIN_LIMIT=0` on a shared
 //! machine.
 
-use std::path::PathBuf;
+mod common;
+
 use std::sync::OnceLock;
 
 use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
 use formwork_models::gemma3::{ModelWeights, Options};
-
-const FILE: &str = "gemma3-270m/gemma-3-270m-q4_k_m.gguf";
-
-fn model_path() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("FORMWORK_GEMMA3_GGUF") {
-        return Some(PathBuf::from(p));
-    }
-    let home = match std::env::var_os("FORMWORK_HOME") {
-        Some(h) => PathBuf::from(h),
-        None => PathBuf::from(std::env::var_os("HOME")?).join(".cache/formwork"),
-    };
-    let p = home.join("models").join(FILE);
-    p.exists().then_some(p)
-}
 
 fn skip_note() {
     eprintln!(
@@ -40,7 +27,7 @@ struct Loaded {
 }
 
 fn load_with(opts: &Options) -> Option<Loaded> {
-    let path = model_path()?;
+    let path = common::gemma3_path()?;
     let mut f = std::fs::File::open(&path).expect("open GGUF");
     let ct = gguf_file::Content::read(&mut f).expect("read GGUF header");
     let vocab = ct.metadata["tokenizer.ggml.tokens"]
@@ -80,24 +67,11 @@ fn ids(t: &[u32]) -> Tensor {
 }
 
 fn argmax(logits: &Tensor) -> u32 {
-    let v: Vec<f32> = logits.to_vec1().unwrap();
-    let mut best = 0;
-    for (i, x) in v.iter().enumerate() {
-        if *x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
+    common::argmax(&logits.to_vec1::<f32>().unwrap())
 }
 
 fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    let a: Vec<f32> = a.to_vec1().unwrap();
-    let b: Vec<f32> = b.to_vec1().unwrap();
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(&b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
+    common::max_abs_diff(&a.to_vec1::<f32>().unwrap(), &b.to_vec1::<f32>().unwrap())
 }
 
 /// Detokenises by SentencePiece piece: `▁` is a space, `<0xNN>` a byte.

@@ -7,24 +7,13 @@
 //!   cargo test --release -p formwork-models --test gemma3_perf -- --ignored --nocapture
 //! ```
 
-use std::path::PathBuf;
+mod common;
+
 use std::time::Instant;
 
 use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
 use formwork_models::gemma3::{ModelWeights, Options};
-
-fn model_path() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("FORMWORK_GEMMA3_GGUF") {
-        return Some(PathBuf::from(p));
-    }
-    let home = match std::env::var_os("FORMWORK_HOME") {
-        Some(h) => PathBuf::from(h),
-        None => PathBuf::from(std::env::var_os("HOME")?).join(".cache/formwork"),
-    };
-    let p = home.join("models/gemma3-270m/gemma-3-270m-q4_k_m.gguf");
-    p.exists().then_some(p)
-}
 
 /// Peak resident set size of this process in MiB (`VmHWM`), Linux only.
 fn peak_rss_mib() -> Option<f64> {
@@ -35,20 +24,13 @@ fn peak_rss_mib() -> Option<f64> {
 }
 
 fn argmax(logits: &Tensor) -> u32 {
-    let v: Vec<f32> = logits.to_vec1().unwrap();
-    let mut best = 0;
-    for (i, x) in v.iter().enumerate() {
-        if *x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
+    common::argmax(&logits.to_vec1::<f32>().unwrap())
 }
 
 #[test]
 #[ignore = "measurement: run with --ignored --nocapture"]
 fn gemma3_load_prefill_decode() {
-    let Some(path) = model_path() else {
+    let Some(path) = common::gemma3_path() else {
         eprintln!("SKIPPED: Gemma 3 GGUF not found; run `formwork models fetch gemma3-270m` or set FORMWORK_GEMMA3_GGUF");
         return;
     };

@@ -4,13 +4,14 @@
 //! Needs the model fetched (`formwork models fetch smollm2-135m`, or `FORMWORK_HOME`);
 //! without it each test prints `SKIPPED:` and returns.
 
+mod common;
+
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use candle_core::quantized::gguf_file;
 use candle_core::Device;
 use formwork_models::llama::ModelWeights;
 use formwork_models::quant::Isa;
-use formwork_models::registry;
 use formwork_models::runtime::{load_with, DeviceChoice, LlamaBackend, LoadOptions, LoadedModel};
 
 const TEXT: &str = "<|im_start|>system\nYou extract facts as JSON.<|im_end|>\n<|im_start|>user\n\
@@ -20,33 +21,8 @@ world until the Chrysler Building in New York was finished in 1930. Give its nam
 height.<|im_end|>\n<|im_start|>assistant\n{\"name\": \"Eiffel Tower\", \"city\": \"Paris\", \"year\": 1889, \
 \"height_m\": 330, \"designer\": \"Gustave Eiffel\", \"tallest_until\": 1930}<|im_end|>\n";
 
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, x) in v.iter().enumerate() {
-        if *x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
 fn load(backend: LlamaBackend) -> Option<LoadedModel> {
-    std::env::set_var("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0");
-    let info = registry::lookup("smollm2-135m").unwrap();
-    let path = registry::model_path(info);
-    if !path.is_file() {
-        eprintln!(
-            "SKIPPED: {} is absent; run `formwork models fetch smollm2-135m` (or set FORMWORK_HOME)",
-            path.display()
-        );
+    if !common::smollm2_present() {
         return None;
     }
     let options = LoadOptions {
@@ -85,8 +61,8 @@ fn teacher_forced_argmax_agrees_with_candle() {
     let mut lb = b.forward(&ids[..start], 0).unwrap();
     let (mut agree, mut worst) = (0, 0f32);
     for i in start..ids.len() {
-        agree += (argmax(&la) == argmax(&lb)) as usize;
-        worst = worst.max(max_abs_diff(&la, &lb));
+        agree += (common::argmax(&la) == common::argmax(&lb)) as usize;
+        worst = worst.max(common::max_abs_diff(&la, &lb));
         la = a.forward(&ids[i..i + 1], i).unwrap();
         lb = b.forward(&ids[i..i + 1], i).unwrap();
     }
@@ -107,9 +83,9 @@ fn chunked_prefill_equals_full_prefill() {
         for (i, c) in ids.chunks(chunk).enumerate() {
             last = model.forward(c, i * chunk).unwrap();
         }
-        let d = max_abs_diff(&full, &last);
+        let d = common::max_abs_diff(&full, &last);
         assert!(d <= 1e-4, "chunks of {chunk}: largest difference {d}");
-        assert_eq!(argmax(&full), argmax(&last));
+        assert_eq!(common::argmax(&full), common::argmax(&last));
     }
 }
 
@@ -131,13 +107,13 @@ fn snapshots_are_independent() {
     let from_snap = snap.forward(&rest[..10], prefix.len()).unwrap();
     let mut fresh = m.model.snapshot();
     let want = fresh.forward(&ids[..70], 0).unwrap();
-    assert!(max_abs_diff(&from_snap, &want) <= 1e-4);
+    assert!(common::max_abs_diff(&from_snap, &want) <= 1e-4);
     // And the original's cache was not touched by the snapshot's decoding.
     let next = base.forward(&rest[50..51], pos).unwrap();
     let mut seq: Vec<u32> = prefix.to_vec();
     seq.extend_from_slice(&rest[20..51]);
     let want = fresh.forward(&seq, 0).unwrap();
-    assert!(max_abs_diff(&next, &want) <= 1e-4);
+    assert!(common::max_abs_diff(&next, &want) <= 1e-4);
 }
 
 /// The portable scalar kernel and the SIMD ones this CPU runs agree end to end.
@@ -156,12 +132,12 @@ fn scalar_and_simd_kernels_agree() {
     for isa in Isa::available() {
         let mut model = load(isa);
         let got = model.forward_tokens(ids, 0).unwrap();
-        let d = max_abs_diff(&want, &got);
+        let d = common::max_abs_diff(&want, &got);
         eprintln!("{isa:?}: largest difference from scalar {d}");
         // The integer sums are exact; only the order of the f32 sums differs, and a flipped
         // 8-bit rounding of an activation grows over 30 layers. Logits span about 30.
         assert!(d <= 1.0, "{isa:?}: {d}");
-        assert_eq!(argmax(&want), argmax(&got), "{isa:?}");
+        assert_eq!(common::argmax(&want), common::argmax(&got), "{isa:?}");
     }
 }
 

@@ -1,40 +1,29 @@
 //! The runtime on the real default model (SmolLM2-135M-Instruct Q4_1), fetched by
 //! `formwork models fetch`. Skipped, with a note, when the model is absent.
 
+mod common;
+
 use std::sync::{Mutex, OnceLock};
 
-use formwork_models::registry;
 use formwork_models::runtime::{
     load_with, DeviceChoice, LanguageModel, LlamaBackend, LoadOptions, LoadedModel,
 };
-
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, x) in v.iter().enumerate() {
-        if *x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
 
 /// The model loaded once for this file (requantised, CPU), or None when it is absent.
 fn model() -> Option<&'static Mutex<LoadedModel>> {
     static MODEL: OnceLock<Option<Mutex<LoadedModel>>> = OnceLock::new();
     MODEL
         .get_or_init(|| {
-            std::env::set_var("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0");
-            let info = registry::lookup("smollm2-135m").unwrap();
-            let path = registry::model_path(info);
-            if !path.is_file() {
-                eprintln!(
-                    "SKIPPED: {} is absent; run `formwork models fetch smollm2-135m` (or set FORMWORK_HOME)",
-                    path.display()
-                );
+            if !common::smollm2_present() {
                 return None;
             }
-            let options = LoadOptions { device: DeviceChoice::Cpu, ..LoadOptions::default() };
-            Some(Mutex::new(load_with("smollm2-135m", options).expect("load smollm2")))
+            let options = LoadOptions {
+                device: DeviceChoice::Cpu,
+                ..LoadOptions::default()
+            };
+            Some(Mutex::new(
+                load_with("smollm2-135m", options).expect("load smollm2"),
+            ))
         })
         .as_ref()
 }
@@ -86,8 +75,8 @@ fn multi_token_forward_at_nonzero_pos_matches_single_steps() {
         single = m.model.forward(&[t], split + i).unwrap();
     }
     assert_eq!(whole.len(), 49152);
-    assert_eq!(argmax(&whole), argmax(&chunked));
-    assert_eq!(argmax(&whole), argmax(&single));
+    assert_eq!(common::argmax(&whole), common::argmax(&chunked));
+    assert_eq!(common::argmax(&whole), common::argmax(&single));
     let max_diff = whole
         .iter()
         .zip(&single)
@@ -95,7 +84,7 @@ fn multi_token_forward_at_nonzero_pos_matches_single_steps() {
         .fold(0f32, f32::max);
     assert!(max_diff < 1e-2, "logits differ by {max_diff}");
     // The greedy answer to the prompt starts with "The" (or "Paris").
-    let first = m.tokenizer.decode(&[argmax(&whole)]).unwrap();
+    let first = m.tokenizer.decode(&[common::argmax(&whole)]).unwrap();
     assert!(
         first.contains("The") || first.contains("Paris"),
         "first token {first:?}"
@@ -116,7 +105,7 @@ fn snapshot_keeps_the_prefix_cache() {
     // Move the original on with other tokens; the snapshot must not see them.
     m.model.forward(&[28, 29, 30], split).unwrap();
     let from_snap = snap.forward(&ids[split..], split).unwrap();
-    assert_eq!(argmax(&reference), argmax(&from_snap));
+    assert_eq!(common::argmax(&reference), common::argmax(&from_snap));
     // And a second snapshot of the snapshot, used twice, gives the same answer twice.
     let mut again = snap.snapshot();
     let a = again.forward(&[ids[ids.len() - 1]], ids.len()).unwrap();
@@ -171,7 +160,7 @@ fn requantised_model_agrees_with_the_original() {
         let mut out = Vec::new();
         let mut logits = model.forward(&ids, 0).unwrap();
         for i in 0..8 {
-            let t = argmax(&logits);
+            let t = common::argmax(&logits);
             out.push(t);
             logits = model.forward(&[t], ids.len() + i).unwrap();
         }
