@@ -4,6 +4,10 @@
 //! ```text
 //! cargo bench -p formwork-grammar --bench masks [--features llguidance-bench]
 //! FORMWORK_BENCH_N=200  schemas sampled (every k-th file in sorted order; 0 = all)
+//! FORMWORK_BENCH_FILTER=o21135  only schema paths containing this text
+//! FORMWORK_BENCH_MODEL=smollm2  one vocabulary only (smollm2 or gemma3)
+//! FORMWORK_BENCH_REPEAT=50  replay each first document 50 more times, cold (for perf)
+//! FORMWORK_BENCH_PROBE=1  one line per mask: its time and the transitions it added
 //! FORMWORK_SHARED=..    folder holding data/jsonschemabench (default ../shared)
 //! FORMWORK_MODELS=..    folder holding smollm2-135m/ and gemma3-270m/ GGUF files
 //! ```
@@ -54,6 +58,9 @@ fn schema_files(n: usize) -> Vec<PathBuf> {
         }
     }
     all.sort();
+    if let Ok(f) = std::env::var("FORMWORK_BENCH_FILTER") {
+        all.retain(|p| p.to_string_lossy().contains(&f));
+    }
     if n == 0 || n >= all.len() {
         return all;
     }
@@ -165,7 +172,10 @@ fn main() {
         );
         return;
     }
-    let models = support::model_paths();
+    let mut models = support::model_paths();
+    if let Ok(only) = std::env::var("FORMWORK_BENCH_MODEL") {
+        models.retain(|(name, _)| *name == only);
+    }
     if models.is_empty() {
         eprintln!("SKIPPED: no GGUF models; set FORMWORK_MODELS");
         return;
@@ -175,8 +185,9 @@ fn main() {
         let t0 = Instant::now();
         let trie = Arc::new(TokTrie::new(bytes.clone(), &special, &eos));
         println!(
-            "== {name}: {} tokens, trie built in {:.1} ms, {} KiB, {} schemas sampled",
+            "== {name}: {} tokens, trie nodes (full, plain, rest) {:?}, built in {:.1} ms, {} KiB, {} schemas sampled",
             trie.vocab_size(),
+            trie.node_counts(),
             us(t0) / 1000.0,
             trie.memory_bytes() / 1024,
             files.len()
@@ -228,6 +239,18 @@ fn main() {
             let Some(tokens) = trie.greedy_tokenize(&inst) else {
                 continue;
             };
+            let repeat: usize = std::env::var("FORMWORK_BENCH_REPEAT")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            for _ in 0..repeat {
+                // Profiling aid: cold first documents again and again (fresh caches).
+                let mut m = Matcher::new(Grammar::new(a.clone()), trie.clone());
+                for &t in &tokens {
+                    m.compute_mask(&mut mask);
+                    m.commit(t).unwrap();
+                }
+            }
             let g = Grammar::new(a.clone());
             let mut per_schema = Vec::with_capacity(tokens.len());
             let mut m = Matcher::new(g.clone(), trie.clone());
@@ -244,9 +267,20 @@ fn main() {
                         .sum();
                     let tail =
                         String::from_utf8_lossy(&inst[upto.saturating_sub(40)..upto]).into_owned();
+                    let mut st = formwork_grammar::ByteAutomaton::start(&*a);
+                    for &b in &inst[..upto] {
+                        st = formwork_grammar::ByteAutomaton::step(&*a, &st, b).unwrap();
+                    }
+                    let hint = (
+                        formwork_grammar::ByteAutomaton::plain_chars_allowed(&*a, &st),
+                        formwork_grammar::ByteAutomaton::plain_key(&*a, &st),
+                    );
+                    let dbg = format!("{st:?}");
+                    let tops = vec![dbg[dbg.len().saturating_sub(200)..].to_string()];
                     println!(
-                        "probe {d:.2} us {} new transitions after ...{tail:?}",
-                        g.stats().transitions - before
+                        "probe {d:.2} us {} new transitions after ...{tail:?} hint {hint:?} tops {}",
+                        g.stats().transitions - before,
+                        tops.join(" | ")
                     );
                 }
                 first.push(d);

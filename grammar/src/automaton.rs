@@ -53,4 +53,18 @@ pub trait ByteAutomaton: Send + Sync {
     fn allowed_bytes(&self, _s: &Self::State) -> Option<[u64; 4]> {
         None
     }
+
+    /// Optional acceleration hint for string bodies under a pattern or format, where
+    /// `plain_chars_allowed` is useless because some plain characters are refused
+    /// (`\S`, `\w`, ECMA's `.` refusing U+2028). `Some((key, n))` promises: for every
+    /// byte string `w` made of at most `n` whole plain characters, whether `step`
+    /// accepts `w` from `s` depends on `key` alone. So any two states with hints
+    /// `(key, n1)` and `(key, n2)` accept exactly the same such strings of at most
+    /// `min(n1, n2)` characters, whatever else differs between them (the length
+    /// already written, the enclosing objects). The token side keeps, per key, the
+    /// plain tokens one walk found accepted and reuses them for every state with that
+    /// key. `None` (the default) promises nothing.
+    fn plain_key(&self, _s: &Self::State) -> Option<(u64, u32)> {
+        None
+    }
 }

@@ -294,6 +294,9 @@ impl ByteAutomaton for Automaton {
     fn plain_chars_allowed(&self, s: &State) -> Option<u32> {
         self.m.plain_chars_allowed(s)
     }
+    fn plain_key(&self, s: &State) -> Option<(u64, u32)> {
+        self.m.plain_key(s)
+    }
     /// Exact: the matcher only uses it as a filter, but the equality is tested.
     fn allowed_bytes(&self, s: &State) -> Option<[u64; 4]> {
         Some(self.m.allowed_bytes(s))

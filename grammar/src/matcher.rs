@@ -24,27 +24,35 @@
 //! depth-first walk of the flat trie where each node costs one load from the
 //! transition table (a refused byte skips its subtree); the automaton itself is
 //! asked only for transitions never seen before. States with the plain-character
-//! hint OR in precomputed sets and walk only the non-plain tokens. A new state costs
-//! one `allowed_bytes` call (its refused bytes fill its row at once) and one `step`
-//! per allowed byte the walk reaches; without that hint, one `step` per child of the
-//! trie root (about 250).
+//! hint OR in precomputed sets and walk only the non-plain tokens. String bodies under
+//! a pattern that refuses some plain characters (`\S`, ECMA's `.`) have a plain key
+//! instead (`ByteAutomaton::plain_key`, the DFA state): the plain tokens one walk found
+//! are kept per key and reused by every later state with that key, whatever its
+//! length or enclosing objects. A new state costs one `allowed_bytes` call (its
+//! refused bytes fill its row at once) and one `step` per allowed byte the walk
+//! reaches; without that hint, one `step` per child of the trie root (about 250).
+//! Transition rows live in fixed chunks and states are interned with their hash kept,
+//! so a growing cache never copies rows or rehashes states (both were latency spikes
+//! of hundreds of microseconds on large schemas).
 //!
-//! Measured (`cargo bench -p formwork-grammar --bench masks --features
-//! llguidance-bench`, `FORMWORK_BENCH_N=1000`): a mask from the cache costs 0.1-0.4 µs
-//! at p50; an uncached one (first document) about 4.5 µs at p50 and 190 µs at p99
-//! with 49k tokens, 7.6 µs and 340-460 µs with 262k, on a loaded 2-core machine.
+//! Measured (`FORMWORK_BENCH_N=200 cargo bench -p formwork-grammar --bench masks`,
+//! two runs): an uncached mask (first document) 2.8 µs at p50 and 114-149 µs at p99
+//! with 49k tokens, 5.3-5.6 µs and 175-199 µs with 262k; a cached one 0.1-0.25 µs.
 //!
 //! Concurrency: one mutex per grammar, taken once per call (never per trie node).
 //! Sequences of one schema on different threads serialise on mask misses and steps.
 
+use std::cell::Cell;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
 use crate::automaton::ByteAutomaton;
 use crate::toktrie::{FlatTrie, TokTrie, TokenSet, NO_TOKEN, PLAIN_BUCKETS};
 
 const UNKNOWN: u32 = u32::MAX;
+/// States per chunk of transition rows (16 KiB).
+const ROW_CHUNK: usize = 16;
 const REFUSED: u32 = u32::MAX - 1;
 const UNSET: u32 = u32::MAX;
 const LAZY: u8 = 2;
@@ -92,6 +100,10 @@ pub struct GrammarStats {
     pub transitions: usize,
     /// Masks cached, over all vocabularies.
     pub masks: usize,
+    /// Plain-token sets cached per `ByteAutomaton::plain_key`, over all vocabularies.
+    pub keyed_sets: usize,
+    /// Masks that took their plain tokens from a set cached for another state.
+    pub keyed_hits: usize,
     /// Approximate heap bytes of the cache (states' own heap not counted).
     pub memory_bytes: usize,
 }
@@ -234,9 +246,20 @@ trait Engine: Send + Sync {
 
 struct Cache<A: ByteAutomaton> {
     states: Vec<A::State>,
-    ids: FxMap<A::State, u32>,
-    /// `trans[s * 256 + b]`: next state id, `REFUSED` or `UNKNOWN`.
-    trans: Vec<u32>,
+    /// State ids by hash; `hashes[id]` is the hash of `states[id]`, so growing the
+    /// table re-reads hashes instead of hashing states again (rehashing thousands of
+    /// nested states at one doubling cost a millisecond).
+    ids: hashbrown::HashTable<u32>,
+    hashes: Vec<u64>,
+    /// The transition rows, [`ROW_CHUNK`] states to a chunk: entry `b` of state `s`
+    /// is `rows[s / ROW_CHUNK][(s % ROW_CHUNK) * 256 + b]`, the next state id,
+    /// `REFUSED` or `UNKNOWN`. A chunk never moves once allocated, so growing the table
+    /// copies nothing (one flat `Vec` copied megabytes at each doubling, a latency
+    /// spike of hundreds of microseconds on a large schema's first document), and a
+    /// row pointer stays valid while new states are interned.
+    /// The entries are `Cell`s so that a row pointer taken in a walk stays valid (and
+    /// the writes of a miss legal) while the same walk interns new states.
+    rows: Vec<Box<[Cell<u32>]>>,
     info: Vec<Info>,
     known_transitions: usize,
     /// Per registered vocabulary: its trie id and the masks by state id.
@@ -245,6 +268,10 @@ struct Cache<A: ByteAutomaton> {
     /// (see [`Cache::tok_cost`]) and its maximum over the tokens allowed there;
     /// `UNSET` until asked.
     costs: Vec<(Vec<u32>, Vec<u32>)>,
+    /// Per registered vocabulary, by `ByteAutomaton::plain_key`: the plain tokens of
+    /// at most `n` characters accepted by every state with that key, and that `n`.
+    keyed: Vec<FxMap<u64, (u32, Box<[u64]>)>>,
+    keyed_hits: usize,
     mask_bytes: usize,
 }
 
@@ -268,7 +295,13 @@ struct Typed<A: ByteAutomaton> {
 
 impl<A: ByteAutomaton> Cache<A> {
     fn intern(&mut self, st: A::State) -> u32 {
-        if let Some(&id) = self.ids.get(&st) {
+        let h = {
+            let mut x = FxHasher::default();
+            st.hash(&mut x);
+            x.finish()
+        };
+        let states = &self.states;
+        if let Some(&id) = self.ids.find(h, |&id| states[id as usize] == st) {
             return id;
         }
         let id = self.states.len() as u32;
@@ -282,15 +315,48 @@ impl<A: ByteAutomaton> Cache<A> {
             max_end_min: UNSET,
             filtered: false,
         });
-        self.ids.insert(st.clone(), id);
+        let hashes = &self.hashes;
+        self.ids.insert_unique(h, id, |&id| hashes[id as usize]);
+        self.hashes.push(h);
         self.states.push(st);
-        self.trans.extend(std::iter::repeat_n(UNKNOWN, 256));
+        if id as usize % ROW_CHUNK == 0 {
+            self.rows.push(
+                (0..ROW_CHUNK * 256)
+                    .map(|_| Cell::new(UNKNOWN))
+                    .collect::<Vec<_>>()
+                    .into_boxed_slice(),
+            );
+        }
         id
+    }
+
+    /// The transition row of state `s`.
+    #[inline(always)]
+    fn row(&self, s: u32) -> &[Cell<u32>; 256] {
+        let s = s as usize;
+        let off = (s % ROW_CHUNK) * 256;
+        (&self.rows[s / ROW_CHUNK][off..off + 256])
+            .try_into()
+            .unwrap()
+    }
+
+    /// A pointer to the row of state `s`; valid for the cache's lifetime (chunks never
+    /// move or shrink).
+    #[inline(always)]
+    fn row_ptr(&self, s: u32) -> *const Cell<u32> {
+        let s = s as usize;
+        // SAFETY: every interned state has its row in an allocated chunk.
+        unsafe {
+            self.rows
+                .get_unchecked(s / ROW_CHUNK)
+                .as_ptr()
+                .add((s % ROW_CHUNK) * 256)
+        }
     }
 
     #[inline(always)]
     fn next(&mut self, a: &A, s: u32, b: u8) -> u32 {
-        let t = unsafe { *self.trans.get_unchecked(s as usize * 256 + b as usize) };
+        let t = self.row(s)[b as usize].get();
         if t != UNKNOWN {
             return t;
         }
@@ -300,7 +366,6 @@ impl<A: ByteAutomaton> Cache<A> {
     #[cold]
     #[inline(never)]
     fn next_slow(&mut self, a: &A, s: u32, b: u8) -> u32 {
-        let row = s as usize * 256;
         if !self.info[s as usize].filtered {
             // One call refuses, for this state, every byte outside the automaton's
             // allowed set: a new state then costs a step per *allowed* first byte
@@ -309,16 +374,17 @@ impl<A: ByteAutomaton> Cache<A> {
             if let Some(set) = a.allowed_bytes(&self.states[s as usize]) {
                 // Only this function writes transitions, and it filters a row before
                 // its first write: the row is all `UNKNOWN` here.
-                let r: &mut [u32; 256] = (&mut self.trans[row..row + 256]).try_into().unwrap();
-                debug_assert!(r.iter().all(|&t| t == UNKNOWN));
-                for (x, t) in r.iter_mut().enumerate() {
-                    *t = if set[x >> 6] >> (x & 63) & 1 == 0 {
-                        REFUSED
-                    } else {
-                        UNKNOWN
-                    };
+                let r = self.row(s);
+                debug_assert!(r.iter().all(|t| t.get() == UNKNOWN));
+                // Branch-free (a refused byte is `UNKNOWN - 1`): a data-dependent branch
+                // per byte made this loop the costliest part of a new state.
+                const _: () = assert!(REFUSED == UNKNOWN - 1);
+                for (w, cells) in set.iter().zip(r.chunks_exact(64)) {
+                    for (i, t) in cells.iter().enumerate() {
+                        t.set(UNKNOWN - (!(w >> i) & 1) as u32);
+                    }
                 }
-                let t = self.trans[row + b as usize];
+                let t = r[b as usize].get();
                 if t != UNKNOWN {
                     return t;
                 }
@@ -328,7 +394,7 @@ impl<A: ByteAutomaton> Cache<A> {
             None => REFUSED,
             Some(st) => self.intern(st),
         };
-        self.trans[s as usize * 256 + b as usize] = t;
+        self.row(s)[b as usize].set(t);
         self.known_transitions += 1;
         t
     }
@@ -483,13 +549,16 @@ impl<A: ByteAutomaton> Cache<A> {
         let nodes = trie.nodes.as_slice();
         let maxc = trie.max_chars.as_slice();
         debug_assert!(!SKIP || maxc.len() == nodes.len());
-        // Depth <= MAX_TOKEN_BYTES (255), so indices 0..=255 suffice.
+        // Depth <= MAX_TOKEN_BYTES (255), so indices 0..=255 suffice. Per depth: the
+        // state id (for a miss) and its row (chunks never move, so a row pointer stays
+        // valid while misses intern new states).
         let mut stack = [0u32; 256];
+        let mut rows = [std::ptr::null::<Cell<u32>>(); 256];
         stack[0] = s;
+        rows[0] = self.row_ptr(s);
         let end = nodes.len();
         let mut i = 1usize;
         let words = out.words_mut();
-        let mut trans = self.trans.as_ptr();
         while i < end {
             // SAFETY: i < end = nodes.len() (and maxc has the same length when SKIP).
             let n = unsafe { *nodes.get_unchecked(i) };
@@ -499,13 +568,12 @@ impl<A: ByteAutomaton> Cache<A> {
             }
             let d = n.depth();
             // SAFETY: 1 <= d <= 255 for every non-root node.
-            let prev = unsafe { *stack.get_unchecked(d - 1) };
             let b = n.byte();
-            // SAFETY: every interned state owns a full 256-entry row.
-            let mut t = unsafe { *trans.add(prev as usize * 256 + b as usize) };
+            // SAFETY: `rows[d - 1]` is the 256-entry row of the state at depth d - 1.
+            let mut t = unsafe { (*(*rows.get_unchecked(d - 1)).add(b as usize)).get() };
             if t == UNKNOWN {
+                let prev = unsafe { *stack.get_unchecked(d - 1) };
                 t = self.next_slow(a, prev, b);
-                trans = self.trans.as_ptr(); // the table may have grown
             }
             if t == REFUSED {
                 i = n.subtree_end();
@@ -515,25 +583,69 @@ impl<A: ByteAutomaton> Cache<A> {
             if tok != NO_TOKEN {
                 words[tok as usize >> 6] |= 1u64 << (tok & 63);
             }
-            unsafe { *stack.get_unchecked_mut(d) = t };
+            unsafe {
+                *stack.get_unchecked_mut(d) = t;
+                *rows.get_unchecked_mut(d) = self.row_ptr(t);
+            }
             i += 1;
         }
     }
 
     /// The full mask of state `s` (EOS included when accepting), uncached.
-    fn compute_mask(&mut self, a: &A, s: u32, trie: &TokTrie, out: &mut TokenSet) {
+    fn compute_mask(&mut self, a: &A, s: u32, trie: &TokTrie, slot: usize, out: &mut TokenSet) {
         out.clear();
-        match self.plain(a, s) {
-            None => self.walk(a, s, &trie.full, None, out),
-            Some(plain) => {
-                let n = plain.min(PLAIN_BUCKETS as u32) as usize;
-                if n >= 1 {
-                    out.union_with(&trie.plain_upto[n - 1]);
+        let hint = self.plain(a, s);
+        let key = a
+            .plain_key(&self.states[s as usize])
+            .map(|(k, n)| (k, n.min(PLAIN_BUCKETS as u32)))
+            .filter(|&(_, n)| n > hint.unwrap_or(0).min(PLAIN_BUCKETS as u32));
+        if let Some((key, n)) = key {
+            // Plain tokens of at most `n` characters: from the key's set when a state
+            // with the same key was walked before, else one walk of the plain trie
+            // (which is exact for every plain token, so nothing else is walked).
+            let n = n as usize;
+            match self.keyed[slot].get(&key) {
+                Some((kn, set)) if *kn as usize >= n => {
+                    self.keyed_hits += 1;
+                    let upto = trie.plain_upto[n - 1].as_words();
+                    let w = out.words_mut();
+                    if *kn as usize == n {
+                        w.copy_from_slice(set);
+                    } else {
+                        for ((o, x), u) in w.iter_mut().zip(set.iter()).zip(upto) {
+                            *o = x & u;
+                        }
+                    }
+                    if n < PLAIN_BUCKETS {
+                        self.walk(a, s, &trie.plain, Some(n as u8), out);
+                    }
                 }
-                if n < PLAIN_BUCKETS {
-                    self.walk(a, s, &trie.plain, Some(n as u8), out);
+                _ => {
+                    self.walk(a, s, &trie.plain, None, out);
+                    let set: Box<[u64]> = out
+                        .as_words()
+                        .iter()
+                        .zip(trie.plain_upto[n - 1].as_words())
+                        .map(|(x, u)| x & u)
+                        .collect();
+                    self.mask_bytes += set.len() * 8;
+                    self.keyed[slot].insert(key, (n as u32, set));
                 }
-                self.walk(a, s, &trie.rest, None, out);
+            }
+            self.walk(a, s, &trie.rest, None, out);
+        } else {
+            match hint {
+                None => self.walk(a, s, &trie.full, None, out),
+                Some(plain) => {
+                    let n = plain.min(PLAIN_BUCKETS as u32) as usize;
+                    if n >= 1 {
+                        out.union_with(&trie.plain_upto[n - 1]);
+                    }
+                    if n < PLAIN_BUCKETS {
+                        self.walk(a, s, &trie.plain, Some(n as u8), out);
+                    }
+                    self.walk(a, s, &trie.rest, None, out);
+                }
             }
         }
         for &(p, d) in &trie.dups {
@@ -643,6 +755,7 @@ impl<A: ByteAutomaton> Engine for Typed<A> {
         }
         c.vocabs.push((id, Vec::new()));
         c.costs.push((Vec::new(), Vec::new()));
+        c.keyed.push(FxMap::default());
         c.vocabs.len() - 1
     }
 
@@ -652,7 +765,7 @@ impl<A: ByteAutomaton> Engine for Typed<A> {
         let m = match cached {
             Some(m) => m,
             None => {
-                c.compute_mask(&self.automaton, s, trie, out);
+                c.compute_mask(&self.automaton, s, trie, slot, out);
                 let m = Arc::new(Mask::from_set(out));
                 c.mask_bytes += m.bytes();
                 let masks = &mut c.vocabs[slot].1;
@@ -764,9 +877,11 @@ impl<A: ByteAutomaton> Engine for Typed<A> {
             states: c.states.len(),
             transitions: c.known_transitions,
             masks,
-            memory_bytes: c.trans.len() * 4
+            keyed_sets: c.keyed.iter().map(|k| k.len()).sum(),
+            keyed_hits: c.keyed_hits,
+            memory_bytes: c.rows.len() * ROW_CHUNK * 256 * 4
                 + c.info.len() * std::mem::size_of::<Info>()
-                + c.states.len() * (2 * std::mem::size_of::<A::State>() + 16)
+                + c.states.len() * (std::mem::size_of::<A::State>() + 16)
                 + c.mask_bytes
                 + c.vocabs.iter().map(|(_, m)| m.len() * 8).sum::<usize>(),
         }
@@ -790,12 +905,15 @@ impl Grammar {
     pub fn new<A: ByteAutomaton + 'static>(automaton: Arc<A>) -> Arc<Grammar> {
         let mut cache = Cache::<A> {
             states: Vec::new(),
-            ids: FxMap::default(),
-            trans: Vec::new(),
+            ids: hashbrown::HashTable::new(),
+            hashes: Vec::new(),
+            rows: Vec::new(),
             info: Vec::new(),
             known_transitions: 0,
             vocabs: Vec::new(),
             costs: Vec::new(),
+            keyed: Vec::new(),
+            keyed_hits: 0,
             mask_bytes: 0,
         };
         let start = cache.intern(automaton.start());

@@ -6,7 +6,10 @@
 //!   trait only asks for a superset; the compiled automaton promises equality);
 //! - `plain_chars_allowed(s) == Some(n)` with `n >= 1` means every plain character
 //!   (all of printable ASCII but `"` and `\`, and the edges of every UTF-8 length
-//!   class) is accepted, and random runs of up to `min(n, 12)` plain characters are.
+//!   class) is accepted, and random runs of up to `min(n, 12)` plain characters are;
+//! - `plain_key(s) == Some((k, n))` means a state met earlier with the same key accepts
+//!   exactly the same random runs of plain characters (up to both `n`s), spaces and
+//!   U+2028 included.
 //!
 //! `FORMWORK_SCHEMAS` caps the bench schemas (default 40, `0` = all),
 //! `FORMWORK_WALKS` sets walks per schema and whitespace mode (default 3).
@@ -105,6 +108,47 @@ fn check_state(
     Ok(())
 }
 
+/// The `plain_key` promise against the first state met with the same key.
+fn check_key(
+    a: &Automaton,
+    s: &<Automaton as ByteAutomaton>::State,
+    seen: &mut std::collections::HashMap<u64, (<Automaton as ByteAutomaton>::State, u32)>,
+    plain: &[char],
+    rng: &mut impl Rng,
+) -> Result<(), String> {
+    let Some((key, n)) = a.plain_key(s) else {
+        return Ok(());
+    };
+    let Some((other, m)) = seen.get(&key) else {
+        seen.insert(key, (s.clone(), n));
+        return Ok(());
+    };
+    // Characters patterns tell apart (`\s`, ECMA's `.`), half of the time.
+    let tricky = [' ', '\u{2028}', '\u{a0}', 'a', '0', '-', '\u{e9}'];
+    for _ in 0..6 {
+        let k = rng.random_range(1..=n.min(*m).min(10) as usize);
+        let text: String = (0..k)
+            .map(|_| {
+                if rng.random_bool(0.5) {
+                    tricky[rng.random_range(0..tricky.len())]
+                } else {
+                    plain[rng.random_range(0..plain.len())]
+                }
+            })
+            .collect();
+        let (x, y) = (
+            step_bytes(a, s, text.as_bytes()),
+            step_bytes(a, other, text.as_bytes()),
+        );
+        if x != y {
+            return Err(format!(
+                "plain key {key:#x}: {text:?} accepted {x} here (n {n}) but {y} in {other:?} (n {m}); here is {s:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Random walks; every state on the way is checked. Bytes are drawn from what `step`
 /// accepts, printable ASCII twice as often, so strings, numbers and containers are
 /// all entered; past `soft_len` the walk follows the shortest completion.
@@ -112,12 +156,16 @@ fn walk_and_check(a: &Automaton, walks: usize, seed: u64) -> Result<usize, Strin
     let plain = plain_chars();
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut checked = 0;
+    let mut keyed: std::collections::HashMap<u64, (<Automaton as ByteAutomaton>::State, u32)> =
+        Default::default();
     for _ in 0..walks {
         let soft_len = rng.random_range(8..160);
         let mut s = a.start();
         let mut text = Vec::new();
         loop {
             check_state(a, &s, &plain, &mut rng)
+                .map_err(|e| format!("after {:?}: {e}", String::from_utf8_lossy(&text)))?;
+            check_key(a, &s, &mut keyed, &plain, &mut rng)
                 .map_err(|e| format!("after {:?}: {e}", String::from_utf8_lossy(&text)))?;
             checked += 1;
             if a.is_accepting(&s) && (text.len() >= soft_len || rng.random_bool(0.1)) {

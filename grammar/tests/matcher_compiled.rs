@@ -440,3 +440,76 @@ fn token_walks_on_real_vocabularies_are_valid() {
         );
     }
 }
+
+/// A vocabulary for string bodies under patterns: every byte, and random short words
+/// over an alphabet where a pattern can refuse a plain character (space, U+2028 for
+/// ECMA's `.`, a non-ASCII letter) next to the bytes that close or continue a string.
+fn pattern_vocab(seed: u64, words: usize) -> Arc<TokTrie> {
+    let mut toks: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+    let eos = toks.len() as u32;
+    toks.push(b"</s>".to_vec());
+    let alphabet = [
+        "a", "b", "z", " ", "\u{2028}", "\u{e9}", "\u{3000}", "1", "-", ":", "T", "Z", ".", "\"",
+        ",", "\\",
+    ];
+    let mut rng = Rng::new(seed);
+    for _ in 0..words {
+        let len = 1 + rng.below(7);
+        let w: String = (0..len)
+            .map(|_| alphabet[rng.below(alphabet.len())])
+            .collect();
+        toks.push(w.into_bytes());
+    }
+    for w in [
+        "2024-02-29T",
+        "12:30:00Z",
+        "\",\"",
+        "\":\"",
+        "aaaa bbbb",
+        "a b c d e f",
+    ] {
+        toks.push(w.as_bytes().to_vec());
+    }
+    Arc::new(TokTrie::new(toks, &[], &[eos]))
+}
+
+/// Strings whose pattern refuses some plain characters (`\S`, ECMA's `.`, a word count
+/// under length bounds, a format) take their plain tokens from sets cached per DFA
+/// state (`ByteAutomaton::plain_key`) and shared across fields, array items and
+/// lengths. Every mask on the walks still equals brute force, and the shared sets are
+/// really used.
+#[test]
+fn keyed_plain_token_sets_are_exact() {
+    let words = r"^(?:\S+\s+){0,3}\S+$";
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "a": {"type": "string", "pattern": r"^\S+$"},
+            "b": {"type": "string", "pattern": r"^\S+$", "maxLength": 9},
+            "c": {"type": "string", "pattern": "^(.*)$"},
+            "d": {"type": "string", "pattern": words, "minLength": 3, "maxLength": 14},
+            "e": {"type": "array", "maxItems": 3,
+                  "items": {"type": "string", "pattern": words, "minLength": 3, "maxLength": 14}},
+            "f": {"type": "string", "format": "date-time"},
+            "g": {"type": "string", "pattern": "^[a-z]+( [a-z]+)*$", "minLength": 2, "maxLength": 40},
+            "h": {"type": "string", "pattern": "^(.*)$", "minLength": 4}
+        },
+        "required": ["a", "b", "c", "d", "e", "f", "g", "h"],
+        "additionalProperties": false
+    });
+    let a = compile(&schema, &Config::default()).unwrap();
+    let min = a.shortest_completion(&a.start()).len();
+    for vseed in 0..2u64 {
+        let trie = pattern_vocab(vseed, 3000);
+        let g = Grammar::new(a.clone());
+        for seed in 0..6u64 {
+            let text = walk(&a, &g, &trie, seed, min + 120, "keyed");
+            validate(&schema, &text, "keyed");
+        }
+        let st = g.stats();
+        assert!(
+            st.keyed_sets >= 4 && st.keyed_hits >= 10,
+            "the keyed path was hardly used: {st:?}"
+        );
+    }
+}

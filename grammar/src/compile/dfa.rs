@@ -263,6 +263,11 @@ pub struct LenTable {
     pub cap: u32,
     words: usize,
     bits: Vec<u64>,
+    /// The smallest `t` such that, from every live state, every count in `t..=cap`
+    /// reaches a match (`u32::MAX` when some state has no suffix of `cap` or more
+    /// characters). Then `any_in(s, lo, hi)` holds for every live `s` whenever
+    /// `min(hi, cap) >= max(t, lo)`.
+    full_from: u32,
 }
 
 #[inline]
@@ -385,7 +390,43 @@ impl LenTable {
         for s in (1..n).filter(|&s| has(l, s)) {
             bits[s * words + k / 64] |= 1 << (k % 64);
         }
-        Ok(LenTable { cap, words, bits })
+        // Per live state: one past its largest missing count (all of `t..=cap` present).
+        let mut full_from = 0u32;
+        for s in 1..n {
+            let row = &bits[s * words..(s + 1) * words];
+            // The highest zero among bits 0..=cap, a word at a time from the top.
+            let mut missing = None;
+            for w in (0..words).rev() {
+                let valid = if w == cap as usize / 64 {
+                    u64::MAX >> (63 - cap % 64)
+                } else {
+                    u64::MAX
+                };
+                let zeros = !row[w] & valid;
+                if zeros != 0 {
+                    missing = Some(w as u32 * 64 + 63 - zeros.leading_zeros());
+                    break;
+                }
+            }
+            let t = match missing {
+                None => 0,
+                Some(r) if r == cap => u32::MAX,
+                Some(r) => r + 1,
+            };
+            full_from = full_from.max(t);
+        }
+        Ok(LenTable {
+            cap,
+            words,
+            bits,
+            full_from,
+        })
+    }
+
+    /// See the field: every live state has a suffix of every count in
+    /// `full_from()..=cap` (`u32::MAX`: not so).
+    pub fn full_from(&self) -> u32 {
+        self.full_from
     }
 
     /// Some suffix from `s` with a count in `lo..=hi` (hi may exceed cap: then `cap` counts).
@@ -449,6 +490,17 @@ mod tests {
             for cap in [0u32, 1, 2, 7, 13, 64, 65, 130] {
                 let t = LenTable::build(&d, cap, 1 << 30, &dl).unwrap();
                 let r = reference(&d, cap);
+                let full_from = r
+                    .iter()
+                    .skip(1)
+                    .map(|row| match row.iter().rposition(|&x| !x) {
+                        None => 0,
+                        Some(k) if k == cap as usize => u32::MAX,
+                        Some(k) => k as u32 + 1,
+                    })
+                    .max()
+                    .unwrap_or(0);
+                assert_eq!(t.full_from(), full_from, "{p} cap {cap}");
                 for (s, row) in r.iter().enumerate().skip(1) {
                     for k in 0..=cap {
                         assert_eq!(

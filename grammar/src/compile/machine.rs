@@ -1640,7 +1640,18 @@ impl Machine {
                 let n = match sp.dfa {
                     None => room,
                     Some(di) if sp.lens.is_none() => self.dfa_plain_depth(di, dfa).min(room),
-                    Some(_) => self.plain_search(spec, len, dfa, room.min(PLAIN_CAP)),
+                    Some(di) => {
+                        // Where the length table cannot bite, the DFA's memoised depth
+                        // decides; the level-by-level search (up to tens of µs per
+                        // state) only runs near the bounds.
+                        let k = self.key_room(spec, len);
+                        let d = self.dfa_plain_depth(di, dfa);
+                        if k >= d.min(room).min(PLAIN_CAP) {
+                            d.min(room)
+                        } else {
+                            self.plain_search(spec, len, dfa, room.min(PLAIN_CAP))
+                        }
+                    }
                 };
                 if n == 0 && sp.dfa.is_some() {
                     continue;
@@ -1649,6 +1660,70 @@ impl Machine {
             }
         }
         best
+    }
+
+    /// The plain-token key (see [`crate::ByteAutomaton::plain_key`]): for a lone thread
+    /// whose top is a string body under a pattern or format, at a character boundary,
+    /// the DFA and its state, and how many plain characters the length bounds cannot
+    /// tell apart from the DFA alone. Within those `n` characters `str_step` refuses a
+    /// plain character only when the DFA dies: the `maxLength` test passes
+    /// (`len + n <= max`) and so does every length-table test, because every live DFA
+    /// state has suffixes of every count from `full_from()` on (see
+    /// [`super::dfa::LenTable`]). Names excluded by `propertyNames` only matter at the
+    /// closing quote, which no plain character is.
+    pub fn plain_key(&self, s: &State) -> Option<(u64, u32)> {
+        let [t] = s.threads.as_slice() else {
+            return None;
+        };
+        let Some(&Frame::Str {
+            spec,
+            len,
+            dfa,
+            lex: 0,
+            utf: 0,
+            ..
+        }) = t.last()
+        else {
+            return None;
+        };
+        let di = self.ir.strs[spec as usize].dfa?;
+        let n = self.key_room(spec, len);
+        (n >= 1).then_some(((u64::from(di) << 32) | u64::from(dfa), n))
+    }
+
+    /// The largest `n <= PLAIN_CAP` such that the length checks of `str_char` pass
+    /// for every live DFA state after `1..=n` more characters (0 when none is sure).
+    fn key_room(&self, spec: u32, len: u32) -> u32 {
+        let sp = &self.ir.strs[spec as usize];
+        let room = sp.max.map_or(PLAIN_CAP, |m| (m - len).min(PLAIN_CAP));
+        let Some(li) = sp.lens else {
+            return room;
+        };
+        let lt = &self.ir.lens[li as usize];
+        let f = lt.full_from();
+        if f == u32::MAX {
+            return 0;
+        }
+        // For k in 1..=n: lo_k = min - (len + k) (saturating) is largest at k = 1,
+        // hi_k = max - (len + k) smallest at k = n; need min(hi_n, cap) >= max(f, lo_1).
+        let need = f.max(sp.min.saturating_sub(len + 1));
+        match sp.max {
+            None => {
+                if lt.cap >= need {
+                    PLAIN_CAP
+                } else {
+                    0
+                }
+            }
+            Some(m) => {
+                if lt.cap < need {
+                    return 0;
+                }
+                // max - len - n >= need  <=>  n <= max - len - need.
+                let n = i64::from(m) - i64::from(len) - i64::from(need);
+                n.clamp(0, i64::from(room)) as u32
+            }
+        }
     }
 
     /// [`Machine::plain_search`] for a pattern without length bounds, memoised per state.
