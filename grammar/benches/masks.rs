@@ -7,7 +7,7 @@
 //! FORMWORK_BENCH_FILTER=o21135  only schema paths containing this text
 //! FORMWORK_BENCH_MODEL=smollm2  one vocabulary only (smollm2 or gemma3)
 //! FORMWORK_BENCH_REPEAT=50  replay each first document 50 more times, cold (for perf)
-//! FORMWORK_BENCH_PROBE=1  one line per mask: its time and the transitions it added
+//! FORMWORK_BENCH_PROBE=75  one line per mask slower than 75 µs: time, text before, state
 //! FORMWORK_SHARED=..    folder holding data/jsonschemabench (default ../shared)
 //! FORMWORK_MODELS=..    folder holding smollm2-135m/ and gemma3-270m/ GGUF files
 //! ```
@@ -254,34 +254,18 @@ fn main() {
             let g = Grammar::new(a.clone());
             let mut per_schema = Vec::with_capacity(tokens.len());
             let mut m = Matcher::new(g.clone(), trie.clone());
-            let probe = std::env::var_os("FORMWORK_BENCH_PROBE").is_some();
+            // Probe: masks slower than this many µs are described after the document
+            // (describing them during the replay would disturb the timings).
+            let probe: Option<f64> = std::env::var("FORMWORK_BENCH_PROBE")
+                .ok()
+                .and_then(|v| v.parse().ok());
+            let mut slow = Vec::new();
             for &t in &tokens {
-                let before = if probe { g.stats().transitions } else { 0 };
                 let t1 = Instant::now();
                 m.compute_mask(&mut mask);
                 let d = us(t1);
-                if probe {
-                    let upto: usize = tokens[..per_schema.len()]
-                        .iter()
-                        .map(|&t| trie.token_bytes(t).len())
-                        .sum();
-                    let tail =
-                        String::from_utf8_lossy(&inst[upto.saturating_sub(40)..upto]).into_owned();
-                    let mut st = formwork_grammar::ByteAutomaton::start(&*a);
-                    for &b in &inst[..upto] {
-                        st = formwork_grammar::ByteAutomaton::step(&*a, &st, b).unwrap();
-                    }
-                    let hint = (
-                        formwork_grammar::ByteAutomaton::plain_chars_allowed(&*a, &st),
-                        formwork_grammar::ByteAutomaton::plain_key(&*a, &st),
-                    );
-                    let dbg = format!("{st:?}");
-                    let tops = vec![dbg[dbg.len().saturating_sub(200)..].to_string()];
-                    println!(
-                        "probe {d:.2} us {} new transitions after ...{tail:?} hint {hint:?} tops {}",
-                        g.stats().transitions - before,
-                        tops.join(" | ")
-                    );
+                if probe.is_some_and(|p| d > p) {
+                    slow.push((per_schema.len(), d));
                 }
                 first.push(d);
                 per_schema.push(d);
@@ -295,6 +279,24 @@ fn main() {
             }
             m.compute_mask(&mut mask);
             assert!(mask.contains(eos[0]), "{f:?}: instance not accepted");
+            for (k, d) in slow {
+                let upto: usize = tokens[..k].iter().map(|&t| trie.token_bytes(t).len()).sum();
+                let tail = String::from_utf8_lossy(&inst[upto.saturating_sub(40)..upto]);
+                let mut st = formwork_grammar::ByteAutomaton::start(&*a);
+                for &b in &inst[..upto] {
+                    st = formwork_grammar::ByteAutomaton::step(&*a, &st, b).unwrap();
+                }
+                let hint = (
+                    formwork_grammar::ByteAutomaton::plain_chars_allowed(&*a, &st),
+                    formwork_grammar::ByteAutomaton::plain_key(&*a, &st),
+                );
+                let dbg = format!("{st:?}");
+                println!(
+                    "probe {d:.2} us in {:?} after ...{tail:?} hint {hint:?} tops {}",
+                    f.file_name().unwrap_or_default(),
+                    &dbg[dbg.len().saturating_sub(200)..]
+                );
+            }
             let mut m2 = Matcher::new(g.clone(), trie.clone());
             for &t in &tokens {
                 let t1 = Instant::now();

@@ -18,6 +18,17 @@ use std::hash::Hash;
 ///   valid instance.
 /// - `shortest_completion(s)` is a shortest byte string leading from `s` to an
 ///   accepting state (empty if `s` accepts).
+/// A byte DFA: from `q`, byte `b` leads to `trans[q * stride + classes[b]]`; state 0
+/// refuses. See [`ByteAutomaton::plain_key_table`].
+#[derive(Clone, Copy, Debug)]
+pub struct KeyTable<'a> {
+    pub classes: &'a [u8; 256],
+    pub trans: &'a [u32],
+    pub stride: usize,
+    /// Where the key starts.
+    pub state: u32,
+}
+
 pub trait ByteAutomaton: Send + Sync {
     /// The state after some bytes. Small and cheap to clone for flat schemas;
     /// may carry a stack for recursive ones.
@@ -65,6 +76,16 @@ pub trait ByteAutomaton: Send + Sync {
     /// plain tokens one walk found accepted and reuses them for every state with that
     /// key. `None` (the default) promises nothing.
     fn plain_key(&self, _s: &Self::State) -> Option<(u64, u32)> {
+        None
+    }
+
+    /// A key from `plain_key` as a byte DFA over plain text, when it is one. Promise:
+    /// for a state `s` with `plain_key(s) == Some((k, n))` and every byte string `w`
+    /// of at most `n` whole plain characters, `step` accepts `w` from `s` exactly when
+    /// the table, started at its `state`, never reaches state 0 over the bytes of `w`.
+    /// The token side then finds the plain tokens of a new key with two table lookups
+    /// a trie node, instead of interning an automaton state per node.
+    fn plain_key_table(&self, _key: u64) -> Option<KeyTable<'_>> {
         None
     }
 }

@@ -47,7 +47,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
-use crate::automaton::ByteAutomaton;
+use crate::automaton::{ByteAutomaton, KeyTable};
 use crate::toktrie::{FlatTrie, TokTrie, TokenSet, NO_TOKEN, PLAIN_BUCKETS};
 
 const UNKNOWN: u32 = u32::MAX;
@@ -620,6 +620,26 @@ impl<A: ByteAutomaton> Cache<A> {
                         self.walk(a, s, &trie.plain, Some(n as u8), out);
                     }
                 }
+                _ if a.plain_key_table(key).is_some() => {
+                    // The key's DFA alone decides the plain tokens of at most `n`
+                    // characters: two table lookups per trie node, no state interned.
+                    walk_table(a.plain_key_table(key).unwrap(), &trie.plain, out);
+                    let upto = trie.plain_upto[n - 1].as_words();
+                    let set: Box<[u64]> = out
+                        .words_mut()
+                        .iter_mut()
+                        .zip(upto)
+                        .map(|(x, u)| {
+                            *x &= u;
+                            *x
+                        })
+                        .collect();
+                    self.mask_bytes += set.len() * 8;
+                    self.keyed[slot].insert(key, (n as u32, set));
+                    if n < PLAIN_BUCKETS {
+                        self.walk(a, s, &trie.plain, Some(n as u8), out);
+                    }
+                }
                 _ => {
                     self.walk(a, s, &trie.plain, None, out);
                     let set: Box<[u64]> = out
@@ -686,6 +706,37 @@ impl<A: ByteAutomaton> Cache<A> {
             stack[d] = t;
             i += 1;
         }
+    }
+}
+
+/// Sets every token of `trie` whose bytes the table takes from its start (see
+/// [`Cache::compute_mask`]). The hot loop of a new key: per node, the parent's DFA
+/// state from the depth stack, the byte's class and one transition, all in L1.
+fn walk_table(t: KeyTable<'_>, trie: &FlatTrie, out: &mut TokenSet) {
+    let nodes = trie.nodes.as_slice();
+    let classes = t.classes;
+    let trans = t.trans;
+    let stride = t.stride;
+    let mut stack = [0u32; 256];
+    stack[0] = t.state;
+    let words = out.words_mut();
+    let mut i = 1usize;
+    while i < nodes.len() {
+        let n = nodes[i];
+        // Depth is 1..=MAX_TOKEN_BYTES (255): `d - 1` and `d` index the stack.
+        let d = n.depth() & 0xFF;
+        let q = stack[(d - 1) & 0xFF] as usize;
+        let q2 = trans[q * stride + classes[n.byte() as usize] as usize];
+        if q2 == 0 {
+            i = n.subtree_end();
+            continue;
+        }
+        let tok = n.token();
+        if tok != NO_TOKEN {
+            words[tok as usize >> 6] |= 1u64 << (tok & 63);
+        }
+        stack[d] = q2;
+        i += 1;
     }
 }
 

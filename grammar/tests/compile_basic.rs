@@ -244,6 +244,68 @@ fn objects_in_schema_order() {
     );
 }
 
+/// Optional properties whose keys share prefixes (one of them an escaped quote) are
+/// matched in one trie thread, not one thread per candidate: the texts accepted, the
+/// bytes allowed inside a shared prefix and the shortest completions stay exact.
+#[test]
+fn keys_with_shared_prefixes() {
+    let s = json!({"type": "object", "properties": {
+        "ab": {"type": "integer"}, "a": {"type": "boolean"}, "abc": {"type": "null"},
+        "a\"q": {"type": "integer"}, "b": {"type": "string"}, "r": {"type": "integer"},
+        "abd": {"type": "integer"}
+    }, "required": ["r"], "minProperties": 2});
+    check(
+        s.clone(),
+        &[
+            "{\"ab\":1,\"r\":2}",
+            "{\"a\":true,\"r\":2}",
+            "{\"abc\":null,\"r\":2}",
+            "{\"a\\\"q\":1,\"r\":2}",
+            "{\"ab\":1,\"abc\":null,\"a\\\"q\":3,\"b\":\"\",\"r\":0,\"abd\":1}",
+            "{\"r\":1,\"abd\":2}",
+        ],
+        &[
+            "{\"r\":1}",
+            "{\"abc\":null,\"ab\":1,\"r\":2}",
+            "{\"a\":1,\"r\":2}",
+            "{\"ac\":1,\"r\":2}",
+            "{\"abd\":1,\"r\":2}",
+            "{\"r\":1,\"ab\":2}",
+        ],
+    );
+    let a = auto(s);
+    let at = |text: &str| {
+        let mut st = a.start();
+        for &b in text.as_bytes() {
+            st = a.step(&st, b).unwrap_or_else(|| panic!("refused {text}"));
+        }
+        st
+    };
+    let allowed = |text: &str| -> String {
+        let st = at(text);
+        (0..=255u8)
+            .filter(|&b| a.step(&st, b).is_some())
+            .map(char::from)
+            .collect()
+    };
+    assert_eq!(allowed("{\""), "abr");
+    assert_eq!(allowed("{\"a"), "\"\\b");
+    assert_eq!(allowed("{\"ab"), "\"c");
+    assert_eq!(allowed("{\"ab\":1,\""), "abr");
+    // Shortest completions from inside a shared prefix: the cheapest candidate wins,
+    // and with `minProperties` two members are needed.
+    let sc = |text: &str| String::from_utf8(a.shortest_completion(&at(text))).unwrap();
+    // (`"a"` is a boolean: `b":0` is shorter than `":false`.)
+    assert_eq!(sc("{\"a"), "b\":0,\"r\":0}");
+    assert_eq!(sc("{\"ab"), "\":0,\"r\":0}");
+    assert_eq!(sc("{\""), "ab\":0,\"r\":0}");
+    for t in ["{\"a", "{\"ab", "{\"", "{\"ab\":1,\"a"] {
+        let mut full = t.as_bytes().to_vec();
+        full.extend(a.shortest_completion(&at(t)));
+        assert!(a.accepts(&full), "{}", String::from_utf8_lossy(&full));
+    }
+}
+
 #[test]
 fn arrays() {
     check(

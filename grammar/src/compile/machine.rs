@@ -23,6 +23,12 @@ pub enum ObjPh {
     Comma,
     /// Inside the key of listed property `prop`, `pos` body bytes matched.
     Key { prop: u32, pos: u32 },
+    /// Inside a key that two or more listed properties still share: `node` of the
+    /// object's [`PropTrie`]. One thread instead of one per candidate property (an
+    /// object with a hundred optional properties forked a hundred stacks at `"`); it
+    /// becomes `Key` once one candidate is left. `next` and `emitted` are still those
+    /// before the key.
+    Keys { node: u32 },
     /// Extra key: a string frame is on top.
     ExtraKey,
     /// After the key's closing quote.
@@ -99,6 +105,61 @@ pub struct Machine {
     next_req: Vec<Vec<u32>>,
     /// Per DFA: what the plain-character hint needs (see [`PlainDfa`]).
     plain_dfa: Vec<PlainDfa>,
+    /// Per object spec: the trie of its listed keys.
+    prop_tries: Vec<PropTrie>,
+}
+
+/// The listed keys of one object as a trie over their encoded bytes; node 0 is the
+/// empty prefix.
+#[derive(Default)]
+struct PropTrie {
+    /// Per node: `(byte, child)`.
+    children: Vec<Vec<(u8, u32)>>,
+    /// Per node: the properties whose key starts with the node's prefix, ascending.
+    props: Vec<Vec<u32>>,
+    /// Per node: the property whose key is the node's prefix, or `OFF`.
+    term: Vec<u32>,
+    /// Per node: the prefix length.
+    depth: Vec<u32>,
+}
+
+impl PropTrie {
+    fn new(o: &crate::ir::ObjSpec) -> PropTrie {
+        let mut t = PropTrie {
+            children: vec![Vec::new()],
+            props: vec![Vec::new()],
+            term: vec![OFF],
+            depth: vec![0],
+        };
+        for (j, p) in o.props.iter().enumerate() {
+            let mut n = 0usize;
+            t.props[0].push(j as u32);
+            for &b in &p.key {
+                n = match t.children[n].iter().find(|c| c.0 == b) {
+                    Some(&(_, c)) => c as usize,
+                    None => {
+                        let c = t.children.len();
+                        t.children.push(Vec::new());
+                        t.props.push(Vec::new());
+                        t.term.push(OFF);
+                        t.depth.push(t.depth[n] + 1);
+                        t.children[n].push((b, c as u32));
+                        c
+                    }
+                };
+                t.props[n].push(j as u32);
+            }
+            t.term[n] = j as u32;
+        }
+        t
+    }
+
+    fn child(&self, node: u32, b: u8) -> Option<u32> {
+        self.children[node as usize]
+            .iter()
+            .find(|c| c.0 == b)
+            .map(|c| c.1)
+    }
 }
 
 /// Per DFA, for the plain-character hint: one representative byte per byte class of
@@ -238,6 +299,7 @@ impl Machine {
             suffix_live: Vec::new(),
             next_req: Vec::new(),
             plain_dfa: Vec::new(),
+            prop_tries: Vec::new(),
         };
         m.compute_min_lens(deadline)?;
         for o in &m.ir.objs {
@@ -259,6 +321,7 @@ impl Machine {
         m.suffix_live = suffix_live;
         m.next_req = next_req;
         m.plain_dfa = m.ir.dfas.iter().map(PlainDfa::new).collect();
+        m.prop_tries = m.ir.objs.iter().map(PropTrie::new).collect();
         // Extra keys under `propertyNames` can have an empty language once the listed names
         // are excluded; such objects never start an extra key (and never get stuck in one).
         for i in 0..m.ir.objs.len() {
@@ -844,15 +907,21 @@ impl Machine {
                 if b != b'"' {
                     return;
                 }
-                for j in next..o.props.len() as u32 {
-                    if self.prop_ok(spec, next, emitted, j) {
+                // `prop_ok` admits no property past the first required one.
+                let mut cands =
+                    (next..o.props.len() as u32).filter(|&j| self.prop_ok(spec, next, emitted, j));
+                match (cands.next(), cands.next()) {
+                    (None, _) => {}
+                    (Some(j), None) => {
                         let mut t2 = t.clone();
                         let e2 = self.sat_emitted(spec, emitted + 1);
                         set(&mut t2, j + 1, e2, ObjPh::Key { prop: j, pos: 0 }, 0);
                         out.push(t2);
                     }
-                    if o.props[j as usize].required {
-                        break;
+                    _ => {
+                        let mut t2 = t.clone();
+                        set(&mut t2, next, emitted, ObjPh::Keys { node: 0 }, 0);
+                        out.push(t2);
                     }
                 }
                 if self.extra_ok(spec, next, emitted) {
@@ -872,6 +941,36 @@ impl Machine {
                 } else if key[pos as usize] == b {
                     set(&mut t, next, emitted, ObjPh::Key { prop, pos: pos + 1 }, 0);
                     out.push(t);
+                }
+            }
+            ObjPh::Keys { node } => {
+                let pt = &self.prop_tries[spec as usize];
+                let e2 = self.sat_emitted(spec, emitted + 1);
+                if b == b'"' {
+                    let j = pt.term[node as usize];
+                    if j != OFF && self.prop_ok(spec, next, emitted, j) {
+                        let mut t2 = t.clone();
+                        set(&mut t2, j + 1, e2, ObjPh::Colon { prop: j }, 0);
+                        out.push(t2);
+                    }
+                }
+                if let Some(c) = pt.child(node, b) {
+                    let mut cands = pt.props[c as usize]
+                        .iter()
+                        .copied()
+                        .filter(|&j| self.prop_ok(spec, next, emitted, j));
+                    match (cands.next(), cands.next()) {
+                        (None, _) => {}
+                        (Some(j), None) => {
+                            let pos = pt.depth[c as usize];
+                            set(&mut t, j + 1, e2, ObjPh::Key { prop: j, pos }, 0);
+                            out.push(t);
+                        }
+                        _ => {
+                            set(&mut t, next, emitted, ObjPh::Keys { node: c }, 0);
+                            out.push(t);
+                        }
+                    }
                 }
             }
             ObjPh::Colon { prop } => {
@@ -952,12 +1051,36 @@ impl Machine {
                 ..
             } => {
                 let o = &self.ir.objs[*spec as usize];
+                if let ObjPh::Keys { node } = *ph {
+                    // The cheapest candidate: the rest of its key, its value, the rest.
+                    let pt = &self.prop_tries[*spec as usize];
+                    let e2 = self.sat_emitted(*spec, emitted + 1);
+                    let mut best: Option<Vec<u8>> = None;
+                    for &j in &pt.props[node as usize] {
+                        if !self.prop_ok(*spec, *next, *emitted, j) {
+                            continue;
+                        }
+                        let p = &o.props[j as usize];
+                        let mut c = p.key[pt.depth[node as usize] as usize..].to_vec();
+                        c.extend_from_slice(b"\":");
+                        c.extend(self.min_text(p.node));
+                        let Some(rest) = self.obj_rest(*spec, j + 1, e2, false) else {
+                            continue;
+                        };
+                        c.extend(rest);
+                        if best.as_ref().is_none_or(|b| c.len() < b.len()) {
+                            best = Some(c);
+                        }
+                    }
+                    return best;
+                }
                 let mut out = Vec::new();
                 let (next, emitted, first) = match *ph {
                     ObjPh::Open => (*next, *emitted, true),
                     ObjPh::After => (*next, *emitted, false),
                     ObjPh::Comma
                     | ObjPh::Key { .. }
+                    | ObjPh::Keys { .. }
                     | ObjPh::Colon { .. }
                     | ObjPh::Value { .. }
                     | ObjPh::ExtraKey
@@ -1508,6 +1631,21 @@ impl Machine {
                         let key = &o.props[prop as usize].key;
                         add(set, key.get(pos as usize).copied().unwrap_or(b'"'));
                     }
+                    ObjPh::Keys { node } => {
+                        let pt = &self.prop_tries[spec as usize];
+                        let j = pt.term[node as usize];
+                        if j != OFF && self.prop_ok(spec, next, emitted, j) {
+                            add(set, b'"');
+                        }
+                        for &(b, c) in &pt.children[node as usize] {
+                            if pt.props[c as usize]
+                                .iter()
+                                .any(|&j| self.prop_ok(spec, next, emitted, j))
+                            {
+                                add(set, b);
+                            }
+                        }
+                    }
                     ObjPh::Colon { .. } => add(set, b':'),
                     ObjPh::Value { prop } => {
                         let n = if prop == EXTRA {
@@ -1689,6 +1827,19 @@ impl Machine {
         let di = self.ir.strs[spec as usize].dfa?;
         let n = self.key_room(spec, len);
         (n >= 1).then_some(((u64::from(di) << 32) | u64::from(dfa), n))
+    }
+
+    /// A plain key's DFA. Within the key's `n` characters the DFA is all `str_step`
+    /// tests for a plain byte: UTF-8 holds by construction, and the length tests pass
+    /// (see [`Machine::plain_key`]).
+    pub fn plain_key_table(&self, key: u64) -> crate::automaton::KeyTable<'_> {
+        let d = &self.ir.dfas[(key >> 32) as usize];
+        crate::automaton::KeyTable {
+            classes: &d.classes,
+            trans: &d.trans,
+            stride: d.nclasses,
+            state: key as u32,
+        }
     }
 
     /// The largest `n <= PLAIN_CAP` such that the length checks of `str_char` pass
