@@ -18,13 +18,12 @@ use std::hash::Hash;
 ///   valid instance.
 /// - `shortest_completion(s)` is a shortest byte string leading from `s` to an
 ///   accepting state (empty if `s` accepts).
-/// A byte DFA: from `q`, byte `b` leads to `trans[q * stride + classes[b]]`; state 0
-/// refuses. See [`ByteAutomaton::plain_key_table`].
+/// A byte DFA with pre-multiplied states: from `q`, byte `b` leads to
+/// `trans[q + classes[b]]`; state 0 refuses. See [`ByteAutomaton::plain_key_table`].
 #[derive(Clone, Copy, Debug)]
 pub struct KeyTable<'a> {
     pub classes: &'a [u8; 256],
     pub trans: &'a [u32],
-    pub stride: usize,
     /// Where the key starts.
     pub state: u32,
 }

@@ -174,6 +174,9 @@ struct PlainDfa {
     /// Per state: how many plain characters any text may take from it ([`PLAIN_CAP`]
     /// at most), filled lazily; [`DEPTH_UNKNOWN`] until asked.
     depth: Vec<AtomicU8>,
+    /// The DFA's transitions with each target multiplied by the number of classes
+    /// (the row offset), for [`Machine::plain_key_table`].
+    rows: Vec<u32>,
 }
 
 impl PlainDfa {
@@ -210,6 +213,7 @@ impl PlainDfa {
             leads,
             conts,
             depth: (0..d.len()).map(|_| AtomicU8::new(DEPTH_UNKNOWN)).collect(),
+            rows: d.trans.iter().map(|&q| q * d.nclasses as u32).collect(),
         }
     }
 }
@@ -1833,12 +1837,12 @@ impl Machine {
     /// tests for a plain byte: UTF-8 holds by construction, and the length tests pass
     /// (see [`Machine::plain_key`]).
     pub fn plain_key_table(&self, key: u64) -> crate::automaton::KeyTable<'_> {
-        let d = &self.ir.dfas[(key >> 32) as usize];
+        let di = (key >> 32) as usize;
+        let d = &self.ir.dfas[di];
         crate::automaton::KeyTable {
             classes: &d.classes,
-            trans: &d.trans,
-            stride: d.nclasses,
-            state: key as u32,
+            trans: &self.plain_dfa[di].rows,
+            state: key as u32 * d.nclasses as u32,
         }
     }
 
