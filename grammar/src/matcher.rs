@@ -708,28 +708,58 @@ impl<A: ByteAutomaton> Cache<A> {
 
 /// Sets every token of `trie` whose bytes the table takes from its start (see
 /// [`Cache::compute_mask`]). The hot loop of a new key: per node, the parent's DFA
-/// state from a depth stack, the byte's class and one transition, all in L1.
+/// state from a depth stack, the byte's class and one transition, all in L1. That
+/// chain's latency is the cost, so the trie is cut at a root child near its middle
+/// and both halves are walked in lockstep (two independent chains the CPU overlaps).
 fn walk_table(t: KeyTable<'_>, trie: &FlatTrie, out: &mut TokenSet) {
     let nodes = trie.nodes.as_slice();
-    let classes = t.classes;
-    let trans = t.trans;
-    let mut stack = [0u32; 256];
-    stack[0] = t.state;
     let words = out.words_mut();
-    let mut i = 1usize;
-    while i < nodes.len() {
-        let n = nodes[i];
+    let mut mid = 1usize;
+    while mid < nodes.len() && mid < nodes.len() / 2 {
+        mid = nodes[mid].subtree_end();
+    }
+    let mut a = TableLane::new(t, 1, mid);
+    let mut b = TableLane::new(t, mid, nodes.len());
+    while a.i < a.end && b.i < b.end {
+        a.step(t, nodes, words);
+        b.step(t, nodes, words);
+    }
+    while a.i < a.end {
+        a.step(t, nodes, words);
+    }
+    while b.i < b.end {
+        b.step(t, nodes, words);
+    }
+}
+
+/// One run of root subtrees `[i, end)` walked by [`walk_table`].
+struct TableLane {
+    i: usize,
+    end: usize,
+    stack: [u32; 256],
+}
+
+impl TableLane {
+    fn new(t: KeyTable<'_>, i: usize, end: usize) -> TableLane {
+        let mut stack = [0u32; 256];
+        stack[0] = t.state;
+        TableLane { i, end, stack }
+    }
+
+    #[inline(always)]
+    fn step(&mut self, t: KeyTable<'_>, nodes: &[crate::toktrie::Node], words: &mut [u64]) {
+        let n = nodes[self.i];
         // Depth is 1..=MAX_TOKEN_BYTES (255): `d - 1` and `d` index the stack.
         let d = n.depth() & 0xFF;
-        let q = stack[(d - 1) & 0xFF] as usize;
-        let q2 = trans[q + classes[n.byte() as usize] as usize];
+        let q = self.stack[(d - 1) & 0xFF] as usize;
+        let q2 = t.trans[q + t.classes[n.byte() as usize] as usize];
         if q2 == 0 {
-            i = n.subtree_end();
-            continue;
+            self.i = n.subtree_end();
+            return;
         }
         set_token(words, n.token());
-        stack[d] = q2;
-        i += 1;
+        self.stack[d] = q2;
+        self.i += 1;
     }
 }
 

@@ -1725,6 +1725,33 @@ impl Machine {
         }
         if lex == 0 {
             if let Some(di) = sp.dfa {
+                let Frame::Str { dfa, .. } = *f else {
+                    return;
+                };
+                // Where the length tests cannot fail for this character, `str_char`
+                // is the DFA's transition alone: read its row, no `str_step` per class.
+                let nlen = if utf != 0 { len } else { len + 1 };
+                if self.lens_free(spec, nlen) {
+                    let dd = &self.ir.dfas[di as usize];
+                    for b in 0..=255u8 {
+                        let byte_ok = if utf != 0 {
+                            cont_ok(utf & 0xF, b)
+                        } else {
+                            matches!(b, 0x20..=0x7F | 0xC2..=0xF4) && b != b'"' && b != b'\\'
+                        };
+                        if byte_ok && dd.next(dfa, b) != 0 {
+                            add(set, b);
+                        }
+                    }
+                    if utf == 0 {
+                        for b in [b'"', b'\\'] {
+                            if self.str_step(f, b).is_some() {
+                                add(set, b);
+                            }
+                        }
+                    }
+                    return;
+                }
                 // `str_char` depends on the byte only through its DFA class: ask each
                 // class once. `"` and `\` are asked apart.
                 let classes = &self.ir.dfas[di as usize].classes;
@@ -1844,6 +1871,26 @@ impl Machine {
             trans: &self.plain_dfa[di].rows,
             state: key as u32 * d.nclasses as u32,
         }
+    }
+
+    /// Whether `str_char`'s length tests pass for every live DFA state at character
+    /// count `nlen` (see [`Machine::key_room`]).
+    fn lens_free(&self, spec: u32, nlen: u32) -> bool {
+        let sp = &self.ir.strs[spec as usize];
+        if sp.max.is_some_and(|m| nlen > m) {
+            return false;
+        }
+        let Some(li) = sp.lens else {
+            return true;
+        };
+        let lt = &self.ir.lens[li as usize];
+        let f = lt.full_from();
+        if f == u32::MAX {
+            return false;
+        }
+        let lo = sp.min.saturating_sub(nlen);
+        let hi = sp.max.map_or(u32::MAX, |m| m - nlen).min(lt.cap);
+        hi >= f.max(lo)
     }
 
     /// The largest `n <= PLAIN_CAP` such that the length checks of `str_char` pass
