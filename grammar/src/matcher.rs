@@ -36,8 +36,9 @@
 //! of hundreds of microseconds on large schemas).
 //!
 //! Measured (`FORMWORK_BENCH_N=200 cargo bench -p formwork-grammar --bench masks`,
-//! two runs): an uncached mask (first document) 2.8 µs at p50 and 114-149 µs at p99
-//! with 49k tokens, 5.3-5.6 µs and 175-199 µs with 262k; a cached one 0.1-0.25 µs.
+//! three runs, one core): an uncached mask (first document) 2.6-2.7 µs at p50 and
+//! 58-68 µs at p99 with 49k tokens, 5.2-5.4 µs and 114-125 µs with 262k; a cached one
+//! 0.1-0.25 µs.
 //!
 //! Concurrency: one mutex per grammar, taken once per call (never per trie node).
 //! Sequences of one schema on different threads serialise on mask misses and steps.
