@@ -492,9 +492,10 @@ fn keyed_plain_token_sets_are_exact() {
                   "items": {"type": "string", "pattern": words, "minLength": 3, "maxLength": 14}},
             "f": {"type": "string", "format": "date-time"},
             "g": {"type": "string", "pattern": "^[a-z]+( [a-z]+)*$", "minLength": 2, "maxLength": 40},
-            "h": {"type": "string", "pattern": "^(.*)$", "minLength": 4}
+            "h": {"type": "string", "pattern": "^(.*)$", "minLength": 4},
+            "i": {"type": "string", "pattern": r"^\S+( \S+)?$", "minLength": 12, "maxLength": 30}
         },
-        "required": ["a", "b", "c", "d", "e", "f", "g", "h"],
+        "required": ["a", "b", "c", "d", "e", "f", "g", "h", "i"],
         "additionalProperties": false
     });
     let a = compile(&schema, &Config::default()).unwrap();

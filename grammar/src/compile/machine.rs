@@ -235,6 +235,22 @@ fn is_ws(b: u8) -> bool {
     matches!(b, b' ' | b'\n' | b'\t' | b'\r')
 }
 
+/// `(spec, len, dfa)` of a thread whose top is a string body at a character boundary
+/// (no escape or UTF-8 sequence pending).
+fn body_at_boundary(t: &Thread) -> Option<(u32, u32, u32)> {
+    match t.last() {
+        Some(&Frame::Str {
+            spec,
+            len,
+            dfa,
+            lex: 0,
+            utf: 0,
+            ..
+        }) => Some((spec, len, dfa)),
+        _ => None,
+    }
+}
+
 /// Decoded byte of a short escape.
 fn short_escape(b: u8) -> Option<u8> {
     Some(match b {
@@ -1795,15 +1811,7 @@ impl Machine {
     pub fn plain_chars_allowed(&self, s: &State) -> Option<u32> {
         let mut best: Option<u32> = None;
         for t in &s.threads {
-            if let Some(&Frame::Str {
-                spec,
-                len,
-                dfa,
-                lex: 0,
-                utf: 0,
-                ..
-            }) = t.last()
-            {
+            if let Some((spec, len, dfa)) = body_at_boundary(t) {
                 let sp = &self.ir.strs[spec as usize];
                 let room = sp.max.map_or(u32::MAX, |m| m - len);
                 let n = match sp.dfa {
@@ -1844,17 +1852,7 @@ impl Machine {
         let [t] = s.threads.as_slice() else {
             return None;
         };
-        let Some(&Frame::Str {
-            spec,
-            len,
-            dfa,
-            lex: 0,
-            utf: 0,
-            ..
-        }) = t.last()
-        else {
-            return None;
-        };
+        let (spec, len, dfa) = body_at_boundary(t)?;
         let di = self.ir.strs[spec as usize].dfa?;
         let n = self.key_room(spec, len);
         (n >= 1).then_some(((u64::from(di) << 32) | u64::from(dfa), n))
@@ -1874,7 +1872,9 @@ impl Machine {
     }
 
     /// Whether `str_char`'s length tests pass for every live DFA state at character
-    /// count `nlen` (see [`Machine::key_room`]).
+    /// count `nlen`: `nlen <= max`, and `any_in(q, min - nlen, max - nlen)` for every
+    /// live `q`, which holds when `min(max - nlen, cap) >= max(full_from, min - nlen)`
+    /// (see [`super::dfa::LenTable`]). True for every count below one that passes.
     fn lens_free(&self, spec: u32, nlen: u32) -> bool {
         let sp = &self.ir.strs[spec as usize];
         if sp.max.is_some_and(|m| nlen > m) {
@@ -1898,34 +1898,11 @@ impl Machine {
     fn key_room(&self, spec: u32, len: u32) -> u32 {
         let sp = &self.ir.strs[spec as usize];
         let room = sp.max.map_or(PLAIN_CAP, |m| (m - len).min(PLAIN_CAP));
-        let Some(li) = sp.lens else {
-            return room;
-        };
-        let lt = &self.ir.lens[li as usize];
-        let f = lt.full_from();
-        if f == u32::MAX {
-            return 0;
-        }
-        // For k in 1..=n: lo_k = min - (len + k) (saturating) is largest at k = 1,
-        // hi_k = max - (len + k) smallest at k = n; need min(hi_n, cap) >= max(f, lo_1).
-        let need = f.max(sp.min.saturating_sub(len + 1));
-        match sp.max {
-            None => {
-                if lt.cap >= need {
-                    PLAIN_CAP
-                } else {
-                    0
-                }
-            }
-            Some(m) => {
-                if lt.cap < need {
-                    return 0;
-                }
-                // max - len - n >= need  <=>  n <= max - len - need.
-                let n = i64::from(m) - i64::from(len) - i64::from(need);
-                n.clamp(0, i64::from(room)) as u32
-            }
-        }
+        // `lens_free` holds for the counts up to some bound and fails above it.
+        (1..=room)
+            .rev()
+            .find(|&n| self.lens_free(spec, len + n))
+            .unwrap_or(0)
     }
 
     /// [`Machine::plain_search`] for a pattern without length bounds, memoised per state.
