@@ -621,17 +621,8 @@ impl<A: ByteAutomaton> Cache<A> {
                 _ if a.plain_key_table(key).is_some() => {
                     // The key's DFA alone decides the plain tokens of at most `n`
                     // characters: two table lookups per trie node, no state interned.
-                    walk_table(a.plain_key_table(key).unwrap(), &trie.plain, out);
-                    let upto = trie.plain_upto[n - 1].as_words();
-                    let set: Box<[u64]> = out
-                        .words_mut()
-                        .iter_mut()
-                        .zip(upto)
-                        .map(|(x, u)| {
-                            *x &= u;
-                            *x
-                        })
-                        .collect();
+                    walk_table(a.plain_key_table(key).unwrap(), &trie.plain, n as u32, out);
+                    let set: Box<[u64]> = out.as_words().into();
                     self.mask_bytes += set.len() * 8;
                     self.keyed[slot].insert(key, (n as u32, set));
                     if n < PLAIN_BUCKETS {
@@ -707,12 +698,13 @@ impl<A: ByteAutomaton> Cache<A> {
     }
 }
 
-/// Sets every token of `trie` whose bytes the table takes from its start (see
-/// [`Cache::compute_mask`]). The hot loop of a new key: per node, the parent's DFA
-/// state from a depth stack, the byte's class and one transition, all in L1. That
-/// chain's latency is the cost, so the trie is cut at a root child near its middle
-/// and both halves are walked in lockstep (two independent chains the CPU overlaps).
-fn walk_table(t: KeyTable<'_>, trie: &FlatTrie, out: &mut TokenSet) {
+/// Sets every token of at most `max_chars` characters of `trie` whose bytes the table
+/// takes from its start (see [`Cache::compute_mask`]). The hot loop of a new key: per
+/// node, the parent's DFA state from a depth stack, the byte's class and one
+/// transition, all in L1. That chain's latency is the cost, so the trie is cut at a
+/// root child near its middle and both halves are walked in lockstep (two independent
+/// chains the CPU overlaps).
+fn walk_table(t: KeyTable<'_>, trie: &FlatTrie, max_chars: u32, out: &mut TokenSet) {
     let nodes = trie.nodes.as_slice();
     let words = out.words_mut();
     let mut mid = 1usize;
@@ -721,15 +713,16 @@ fn walk_table(t: KeyTable<'_>, trie: &FlatTrie, out: &mut TokenSet) {
     }
     let mut a = TableLane::new(t, 1, mid);
     let mut b = TableLane::new(t, mid, nodes.len());
+    let lim = max_chars.min(255) as u8;
     while a.i < a.end && b.i < b.end {
-        a.step(t, nodes, words);
-        b.step(t, nodes, words);
+        a.step(t, nodes, lim, words);
+        b.step(t, nodes, lim, words);
     }
     while a.i < a.end {
-        a.step(t, nodes, words);
+        a.step(t, nodes, lim, words);
     }
     while b.i < b.end {
-        b.step(t, nodes, words);
+        b.step(t, nodes, lim, words);
     }
 }
 
@@ -737,29 +730,45 @@ fn walk_table(t: KeyTable<'_>, trie: &FlatTrie, out: &mut TokenSet) {
 struct TableLane {
     i: usize,
     end: usize,
+    /// Per depth: the DFA state and the characters read (UTF-8 lead bytes).
     stack: [u32; 256],
+    chars: [u8; 256],
 }
 
 impl TableLane {
     fn new(t: KeyTable<'_>, i: usize, end: usize) -> TableLane {
         let mut stack = [0u32; 256];
         stack[0] = t.state;
-        TableLane { i, end, stack }
+        TableLane {
+            i,
+            end,
+            stack,
+            chars: [0; 256],
+        }
     }
 
     #[inline(always)]
-    fn step(&mut self, t: KeyTable<'_>, nodes: &[crate::toktrie::Node], words: &mut [u64]) {
+    fn step(
+        &mut self,
+        t: KeyTable<'_>,
+        nodes: &[crate::toktrie::Node],
+        lim: u8,
+        words: &mut [u64],
+    ) {
         let n = nodes[self.i];
-        // Depth is 1..=MAX_TOKEN_BYTES (255): `d - 1` and `d` index the stack.
+        // Depth is 1..=MAX_TOKEN_BYTES (255): `d - 1` and `d` index the stacks.
         let d = n.depth() & 0xFF;
-        let q = self.stack[(d - 1) & 0xFF] as usize;
-        let q2 = t.trans[q + t.classes[n.byte() as usize] as usize];
-        if q2 == 0 {
+        let p = (d - 1) & 0xFF;
+        let b = n.byte();
+        let c = self.chars[p] + u8::from(b & 0xC0 != 0x80);
+        let q2 = t.trans[self.stack[p] as usize + t.classes[b as usize] as usize];
+        if q2 == 0 || c > lim {
             self.i = n.subtree_end();
             return;
         }
         set_token(words, n.token());
         self.stack[d] = q2;
+        self.chars[d] = c;
         self.i += 1;
     }
 }

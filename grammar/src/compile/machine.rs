@@ -1898,7 +1898,12 @@ impl Machine {
     fn key_room(&self, spec: u32, len: u32) -> u32 {
         let sp = &self.ir.strs[spec as usize];
         let room = sp.max.map_or(PLAIN_CAP, |m| (m - len).min(PLAIN_CAP));
-        // `lens_free` holds for the counts up to some bound and fails above it.
+        // `lens_free` holds for the counts up to some bound and fails above it. Below
+        // `minLength` no key is given: there the walk of the state itself, cut short by
+        // the lengths, costs less than a keyed walk of the whole vocabulary.
+        if len + 1 < sp.min {
+            return 0;
+        }
         (1..=room)
             .rev()
             .find(|&n| self.lens_free(spec, len + n))
