@@ -170,6 +170,27 @@ fn strings() {
         .iter()
         .fold(a.start(), |s, &b| a.step(&s, b).unwrap());
     assert!(a.step(&s, b'b').is_none());
+    // Negated class escapes inside a class are nested classes (ECMA's union).
+    check(
+        json!({"type": "string", "pattern": "^[\\S]+$"}),
+        &["\"a-b\"", "\"\u{e9}\""],
+        &["\"a b\"", "\"a\u{a0}\"", "\"a\u{2028}\"", "\"\""],
+    );
+    check(
+        json!({"type": "string", "pattern": "^[^\\S]+$"}),
+        &["\" \"", "\" \\t\u{3000}\""],
+        &["\"a\"", "\" a\""],
+    );
+    check(
+        json!({"type": "string", "pattern": "^[x\\D]+$"}),
+        &["\"x\"", "\"ab-\""],
+        &["\"a1\""],
+    );
+    check(
+        json!({"type": "string", "pattern": "^[1\\W]+$"}),
+        &["\"1-!\"", "\" \""],
+        &["\"1a\"", "\"_\""],
+    );
 }
 
 #[test]

@@ -23,21 +23,15 @@ pub fn translate(p: &str) -> Result<String, String> {
             };
             match e {
                 'd' => out.push_str(if in_class { "0-9" } else { "[0-9]" }),
-                'D' => out.push_str(if in_class {
-                    return Err("\\D inside a class".into());
-                } else {
-                    "[^0-9]"
-                }),
+                // Inside a class, a negated escape is a nested class: regex-syntax takes
+                // the union (`[a\D]` is `[a[^0-9]]`), as ECMA does.
+                'D' => out.push_str("[^0-9]"),
                 'w' => out.push_str(if in_class {
                     "A-Za-z0-9_"
                 } else {
                     "[A-Za-z0-9_]"
                 }),
-                'W' => out.push_str(if in_class {
-                    return Err("\\W inside a class".into());
-                } else {
-                    "[^A-Za-z0-9_]"
-                }),
+                'W' => out.push_str("[^A-Za-z0-9_]"),
                 's' => {
                     if in_class {
                         out.push_str(ECMA_WS)
@@ -48,9 +42,6 @@ pub fn translate(p: &str) -> Result<String, String> {
                     }
                 }
                 'S' => {
-                    if in_class {
-                        return Err("\\S inside a class".into());
-                    }
                     out.push_str("[^");
                     out.push_str(ECMA_WS);
                     out.push(']');
