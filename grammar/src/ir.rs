@@ -82,6 +82,10 @@ pub struct ArrSpec {
     pub items: Option<NodeId>,
     pub min: u32,
     pub max: Option<u32>,
+    /// `uniqueItems` over an open list of literals: the literal ids of `items` (at most
+    /// 64); an array frame keeps the ones used so far and never repeats one. Empty
+    /// otherwise.
+    pub unique: Vec<u32>,
 }
 
 #[derive(Debug)]

@@ -188,6 +188,48 @@ fn unique_items_enforced() {
         &["[1,2]"],
         &["[1,1]"],
     );
+    // An open list of literals (Pydantic's `set[Literal[...]]`): no literal twice.
+    check(
+        json!({"type": "object", "properties": {"a": {"type": "array", "maxItems": 2,
+               "items": {"enum": [1, 2]}, "uniqueItems": true}}}),
+        &["{\"a\":[1,2]}", "{\"a\":[2,1]}", "{\"a\":[]}"],
+        &["{\"a\":[1,1]}", "{\"a\":[2,2]}", "{\"a\":[1,2,1]}"],
+    );
+    check(
+        json!({"type": "array", "items": {"type": "string", "enum": ["x", "y", "xy"]},
+               "uniqueItems": true}),
+        &["[]", "[\"x\",\"xy\",\"y\"]", "[\"xy\",\"x\"]"],
+        &[
+            "[\"x\",\"x\"]",
+            "[\"xy\",\"y\",\"xy\"]",
+            "[\"x\",\"y\",\"xy\",\"x\"]",
+        ],
+    );
+    check(
+        json!({"type": "array", "items": {"type": "boolean"}, "minItems": 2, "uniqueItems": true}),
+        &["[true,false]", "[false,true]"],
+        &["[true,true]", "[true]", "[true,false,true]"],
+    );
+    check(
+        json!({"type": "array", "items": {"enum": [1, 10, null, "1"]}, "uniqueItems": true}),
+        &["[10,1,null,\"1\"]", "[1,10]"],
+        &["[10,10]", "[null,1,null]"],
+    );
+    // Shortest completions take the shortest unused literals.
+    let a = compile(
+        &json!({"type": "array", "items": {"enum": ["bb", "a", "ccc"]}, "minItems": 2,
+                "uniqueItems": true}),
+        &Config::default(),
+    )
+    .unwrap();
+    let at = |text: &[u8]| {
+        text.iter()
+            .fold(a.start(), |s, &b| a.step(&s, b).expect("prefix accepted"))
+    };
+    assert_eq!(a.shortest_completion(&a.start()), b"[\"a\",\"bb\"]");
+    assert_eq!(a.shortest_completion(&at(b"[\"a\",")), b"\"bb\"]");
+    assert_eq!(a.shortest_completion(&at(b"[\"bb\"")), b",\"a\"]");
+    assert_eq!(a.shortest_completion(&at(b"[\"bb\",\"a\"")), b"]");
     // Not an array: the keyword does not apply.
     check(
         json!({"type": "string", "uniqueItems": true}),
@@ -203,12 +245,19 @@ fn unique_items_refused() {
         "uniqueItems",
         "/uniqueItems",
     );
+    // Literal items, but `1.0` and `1` are one value: not kept apart by text.
     refused(
-        json!({"type": "object", "properties": {"a": {"type": "array", "maxItems": 2,
-               "items": {"enum": [1, 2]}, "uniqueItems": true}}}),
+        json!({"type": "object", "properties": {"a": {"type": "array",
+               "items": {"enum": [1, 1.5, 2]}, "uniqueItems": true}}}),
         "uniqueItems",
         "/properties/a/uniqueItems",
     );
+    // More items needed than distinct literals exist: no instance at all.
+    assert!(compile(
+        &json!({"type": "array", "items": {"enum": ["a", "b"]}, "minItems": 3, "uniqueItems": true}),
+        &Config::default()
+    )
+    .is_err());
     // Same type, not finite.
     refused(
         json!({"type": "array", "prefixItems": [{"type": "string"}, {"type": "string"}],
@@ -238,6 +287,8 @@ fn walks_are_valid() {
         json!({"type": "object", "additionalProperties": {"type": "boolean"},
                "propertyNames": {"enum": ["p", "q", 1]}, "minProperties": 1}),
         json!({"type": "object", "propertyNames": {"format": "email"}}),
+        json!({"type": "array", "items": {"enum": ["a", "b", "ab", 1, 12, true, null]},
+               "minItems": 2, "uniqueItems": true}),
         json!({"type": "object", "properties": {"a": {}}, "propertyNames": false}),
         json!({"type": "array", "prefixItems": [{"type": "string"}, {"enum": [1, 2]}, {"type": "boolean"}],
                "items": false, "uniqueItems": true}),

@@ -67,6 +67,8 @@ pub enum Frame {
         count: u32,
         ph: ArrPh,
         ws: u32,
+        /// With `ArrSpec::unique`: the literals used so far, by index in that list.
+        used: u64,
     },
     /// `lex`: 0 body, 1 after `\`, 2 `\u`, 3 `\u0`, 4 `\u00`, 5 `\u00X` (hex holds X).
     /// `utf`: pending UTF-8 continuation bytes (high nibble) and their range code.
@@ -488,6 +490,7 @@ impl Machine {
                 count,
                 ph,
                 ws,
+                used,
             } => {
                 let a = &self.ir.arrs[spec as usize];
                 let set = |t: &mut Thread, count: u32, ph: ArrPh, ws: u32| {
@@ -496,6 +499,7 @@ impl Machine {
                         count,
                         ph,
                         ws,
+                        used,
                     };
                 };
                 if is_ws(b) && ph != ArrPh::InValue {
@@ -512,14 +516,40 @@ impl Machine {
                         }
                     }
                     ArrPh::After if b == b',' => {
-                        if self.arr_can_add(spec, count) {
+                        if self.arr_can_add(spec, count, used) {
                             set(&mut t, count, ArrPh::Comma, 0);
                             out.push(t);
                         }
                     }
+                    ArrPh::Open | ArrPh::Comma if !a.unique.is_empty() => {
+                        // The unused literals only; the thread records its choice.
+                        if self.arr_can_add(spec, count, used) {
+                            let c2 = self.sat_count(spec, count + 1);
+                            for (k, &id) in a.unique.iter().enumerate() {
+                                let lit = &self.ir.lits[id as usize];
+                                if used >> k & 1 == 1 || lit[0] != b {
+                                    continue;
+                                }
+                                let mut t2 = t.clone();
+                                *t2.last_mut().unwrap() = Frame::Arr {
+                                    spec,
+                                    count: c2,
+                                    ph: ArrPh::InValue,
+                                    ws: 0,
+                                    used: used | 1 << k,
+                                };
+                                if lit.len() == 1 {
+                                    self.child_done(&mut t2);
+                                } else {
+                                    t2.push(Frame::Lit { id, pos: 1 });
+                                }
+                                out.push(t2);
+                            }
+                        }
+                    }
                     ArrPh::Open | ArrPh::Comma => {
                         if let Some(n) = self.arr_item(spec, count) {
-                            if self.arr_can_add(spec, count) {
+                            if self.arr_can_add(spec, count, used) {
                                 let c2 = self.sat_count(spec, count + 1);
                                 set(&mut t, c2, ArrPh::InValue, 0);
                                 self.start_value(t, n, b, out);
@@ -557,10 +587,14 @@ impl Machine {
         self.live(n).then_some(n)
     }
 
-    /// Item `count` may start and the array can still reach `min` afterwards.
-    fn arr_can_add(&self, spec: u32, count: u32) -> bool {
+    /// Item `count` may start (with `used` literals taken, under `ArrSpec::unique`) and
+    /// the array can still reach `min` afterwards.
+    fn arr_can_add(&self, spec: u32, count: u32, used: u64) -> bool {
         let a = &self.ir.arrs[spec as usize];
         if a.max.is_some_and(|m| count >= m) || self.arr_item(spec, count).is_none() {
+            return false;
+        }
+        if !a.unique.is_empty() && used.count_ones() as usize >= a.unique.len() {
             return false;
         }
         // Items needed beyond this one must be live (min_len computation guarantees the first
@@ -607,6 +641,7 @@ impl Machine {
                             count: 0,
                             ph: ArrPh::Open,
                             ws: 0,
+                            used: 0,
                         });
                         out.push(t2);
                     }
@@ -1039,12 +1074,42 @@ impl Machine {
             Frame::Num { spec, buf } => num::shortest(&self.ir.nums[*spec as usize], buf),
             Frame::Str { .. } => self.str_shortest(f),
             Frame::Arr {
-                spec, count, ph, ..
+                spec,
+                count,
+                ph,
+                used,
+                ..
             } => {
                 let a = &self.ir.arrs[*spec as usize];
                 let mut o = Vec::new();
                 let mut c = *count;
                 let mut first = matches!(ph, ArrPh::Open);
+                if !a.unique.is_empty() {
+                    // The shortest literals not used yet, as many as `min` still needs
+                    // (one at least after a comma). `count` saturates for open lists, so
+                    // the used literals count the items.
+                    let mut free: Vec<&Vec<u8>> = (0..a.unique.len())
+                        .filter(|k| used >> k & 1 == 0)
+                        .map(|k| &self.ir.lits[a.unique[k] as usize])
+                        .collect();
+                    free.sort_by_key(|l| l.len());
+                    let have = used.count_ones();
+                    let mut need = a.min.saturating_sub(have) as usize;
+                    if matches!(ph, ArrPh::Comma) {
+                        need = need.max(1);
+                    }
+                    for (i, l) in free.iter().take(need).enumerate() {
+                        if i > 0 || !(first || matches!(ph, ArrPh::Comma)) {
+                            o.push(b',');
+                        }
+                        o.extend_from_slice(l);
+                    }
+                    if free.len() < need {
+                        return None;
+                    }
+                    o.push(b']');
+                    return Some(o);
+                }
                 if matches!(ph, ArrPh::Comma) {
                     let n = self.arr_item(*spec, c)?;
                     o.extend(self.min_text(n));
@@ -1492,6 +1557,7 @@ impl Machine {
                     count: 0,
                     ph: ArrPh::Open,
                     ws: 0,
+                    used: 0,
                 })?);
                 Some(v)
             }
@@ -1591,6 +1657,7 @@ impl Machine {
                 count,
                 ph,
                 ws: n,
+                used,
             } => {
                 let a = &self.ir.arrs[spec as usize];
                 if ph != ArrPh::InValue {
@@ -1599,13 +1666,21 @@ impl Machine {
                 if matches!(ph, ArrPh::Open | ArrPh::After) && count >= a.min {
                     add(set, b']');
                 }
-                if ph == ArrPh::After && self.arr_can_add(spec, count) {
+                if ph == ArrPh::After && self.arr_can_add(spec, count, used) {
                     add(set, b',');
                 }
                 if matches!(ph, ArrPh::Open | ArrPh::Comma) {
                     if let Some(n) = self.arr_item(spec, count) {
-                        if self.arr_can_add(spec, count) {
-                            self.value_first_bytes(n, set);
+                        if self.arr_can_add(spec, count, used) {
+                            if a.unique.is_empty() {
+                                self.value_first_bytes(n, set);
+                            } else {
+                                for (k, &id) in a.unique.iter().enumerate() {
+                                    if used >> k & 1 == 0 {
+                                        add(set, self.ir.lits[id as usize][0]);
+                                    }
+                                }
+                            }
                         }
                     }
                 }

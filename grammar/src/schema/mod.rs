@@ -1491,6 +1491,68 @@ impl<'a> Builder<'a> {
         Ok(Ok(None))
     }
 
+    /// The literal ids of the items of `t` when `uniqueItems` can be kept by never
+    /// repeating a literal: no prefix, items a finite set of literals (at most 64, at
+    /// least `minItems`), and values whose canonical texts differ exactly when the
+    /// values do (strings, booleans, null, integers; `1` and `1.0` are one value). The
+    /// set is built the way `lower` builds the items' own literal alternatives.
+    fn unique_literals(&mut self, t: &Typed) -> Result<Option<Vec<u32>>, CompileError> {
+        if !t.prefix.is_empty() || t.items == vec![FALSE_LOC] {
+            return Ok(None);
+        }
+        let Some(d) = self.key_dnf_or_unsure(&t.items.clone())? else {
+            return Ok(None);
+        };
+        let mut ids: Vec<u32> = Vec::new();
+        for a in d.iter() {
+            let mut texts: Vec<Vec<u8>> = Vec::new();
+            match &a.lits {
+                Some(lits) => {
+                    let mut rest = a.clone();
+                    rest.lits = None;
+                    for v in lits {
+                        if self.value_ok(&rest, v, false)? {
+                            texts.push(
+                                serde_json::to_string(v)
+                                    .expect("a Value serialises")
+                                    .into_bytes(),
+                            );
+                        }
+                    }
+                }
+                None => {
+                    if a.t & !(T_NULL | T_BOOL) != 0 {
+                        return Ok(None);
+                    }
+                    if a.t & T_NULL != 0 {
+                        texts.push(b"null".to_vec());
+                    }
+                    if a.t & T_BOOL != 0 {
+                        texts.push(b"true".to_vec());
+                        texts.push(b"false".to_vec());
+                    }
+                }
+            }
+            for text in texts {
+                let exact = match text.first() {
+                    Some(b'"' | b't' | b'f' | b'n') => true,
+                    Some(b'-' | b'0'..=b'9') => {
+                        text.iter().all(|b| b.is_ascii_digit() || *b == b'-')
+                    }
+                    _ => false,
+                };
+                if !exact {
+                    return Ok(None);
+                }
+                let id = self.lit(text);
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+        }
+        Ok((!ids.is_empty() && ids.len() <= 64 && t.amin as usize <= ids.len()).then_some(ids))
+    }
+
     /// `uniqueItems` holds for every array `t` generates: at most one item, or no items
     /// beyond the prefix and prefix items pairwise of disjoint JSON types or literal sets.
     fn items_distinct(&mut self, t: &Typed) -> Result<bool, CompileError> {
@@ -1764,26 +1826,31 @@ impl<'a> Builder<'a> {
             }
         }
         if t.t & T_ARR != 0 {
-            if let Some(up) = t.uniq.clone() {
-                if !self.items_distinct(t).map_err(|e| at_ptr(e, ptr))? {
-                    self.unsupported(
-                        "uniqueItems",
-                        &up,
-                        "items may repeat: more than one item, and not a closed prefix of pairwise disjoint types or literal sets",
-                    )?;
-                }
-            }
             let prefix: Vec<NodeId> = t.prefix.iter().map(|k| self.node_for(k.clone())).collect();
             let items = if t.items == vec![FALSE_LOC] {
                 None
             } else {
                 Some(self.node_for(t.items.clone()))
             };
+            let mut unique = Vec::new();
+            if let Some(up) = t.uniq.clone() {
+                if !self.items_distinct(t).map_err(|e| at_ptr(e, ptr))? {
+                    match self.unique_literals(t).map_err(|e| at_ptr(e, ptr))? {
+                        Some(lits) => unique = lits,
+                        None => self.unsupported(
+                            "uniqueItems",
+                            &up,
+                            "items may repeat: more than one item, and neither a closed prefix of pairwise disjoint types or literal sets nor an open list of at most 64 literals",
+                        )?,
+                    }
+                }
+            }
             self.ir.arrs.push(ArrSpec {
                 prefix,
                 items,
                 min: t.amin,
                 max: t.amax,
+                unique,
             });
             alts.push(Alt::Arr(self.ir.arrs.len() as u32 - 1));
         }
