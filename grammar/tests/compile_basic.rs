@@ -170,6 +170,15 @@ fn strings() {
         .iter()
         .fold(a.start(), |s, &b| a.step(&s, b).unwrap());
     assert!(a.step(&s, b'b').is_none());
+    // A pattern DFA of a few hundred states under a length bound (JSONSchemaBench
+    // o21456): the shortest-text search tries one byte per DFA class and UTF-8 role, so
+    // it no longer runs out of budget and calls the schema unsatisfiable.
+    check(
+        json!({"type": "string", "minLength": 5, "maxLength": 254,
+               "pattern": "^[^@^\\s]+@[^@^\\.^\\s]+(\\.[^@^\\.^\\s]*)*.gov.uk"}),
+        &["\"a@b.gov.uk\"", "\"x.y@dept.co.gov.uk/extra\""],
+        &["\"a@b.gov\"", "\"a b@c.gov.uk\""],
+    );
     // Negated class escapes inside a class are nested classes (ECMA's union).
     check(
         json!({"type": "string", "pattern": "^[\\S]+$"}),

@@ -1380,12 +1380,43 @@ impl Machine {
         let k0 = key(f);
         prev.insert(k0, (None, 0));
         q.push_back(f.clone());
-        // Candidate bytes: ASCII letters first, then everything.
+        // Candidate bytes: ASCII letters first, then everything. In a string body (no
+        // escape pending) a byte acts through its DFA class and its UTF-8 role alone, so
+        // one byte per (class, role) is tried: 282 bytes a state made the search run out
+        // of budget on a pattern DFA of a few hundred states under a length bound.
         let order: Vec<u8> = (b'a'..=b'z').chain(0u8..=255).collect();
+        let reps: Vec<u8> = {
+            let Frame::Str { spec, .. } = *f else {
+                unreachable!()
+            };
+            let classes = self.ir.strs[spec as usize]
+                .dfa
+                .map(|di| &self.ir.dfas[di as usize].classes);
+            let mut seen = std::collections::HashSet::new();
+            order
+                .iter()
+                .copied()
+                .filter(|&b| {
+                    let role: u16 = match b {
+                        b'"' => 1,
+                        b'\\' => 2,
+                        0x00..=0x1F => 3,
+                        0x20..=0x7F => 4,
+                        0x80..=0xBF => {
+                            // Which continuation ranges (`cont_ok` codes) take it.
+                            16 + (0..5u8).fold(0, |m, c| m | (u16::from(cont_ok(c, b)) << c))
+                        }
+                        _ => lead(b).map_or(5, |(n, c)| 64 + u16::from(n) * 8 + u16::from(c)),
+                    };
+                    seen.insert((classes.map_or(0, |c| c[b as usize]), role))
+                })
+                .collect()
+        };
         let mut budget = 200_000usize;
         while let Some(cur) = q.pop_front() {
             let kc = key(&cur);
-            for &b in &order {
+            let in_body = matches!(cur, Frame::Str { lex: 0, .. });
+            for &b in if in_body { &reps } else { &order } {
                 budget = budget.checked_sub(1)?;
                 match self.str_step(&cur, b) {
                     None => {}
