@@ -238,6 +238,41 @@ fn unique_items_enforced() {
     );
 }
 
+/// `minProperties` with unlisted keys (Pydantic's `dict[str, str]` with `min_length=1`):
+/// one extra key counts, because its name differs from every listed one; more would
+/// need distinct names, which the grammar does not track.
+#[test]
+fn min_properties_reached_by_one_extra_key() {
+    check(
+        json!({"type": "object", "minProperties": 1, "additionalProperties": {"type": "string"}}),
+        &["{\"a\":\"x\"}", "{\"a\":\"x\",\"b\":\"y\"}", "{\"\":\"\"}"],
+        &["{}"],
+    );
+    check(
+        json!({"type": "object", "properties": {"p": {"type": "integer"}}, "minProperties": 2,
+               "maxProperties": 3, "additionalProperties": {"type": "string"}}),
+        &["{\"p\":1,\"x\":\"y\"}", "{\"p\":1,\"x\":\"y\",\"z\":\"\"}"],
+        &[
+            "{\"p\":1}",
+            "{\"x\":\"y\"}",
+            "{\"p\":1,\"x\":\"y\",\"z\":\"\",\"w\":\"\"}",
+        ],
+    );
+    let a = compile(
+        &json!({"type": "object", "properties": {"p": {"type": "integer"}}, "minProperties": 2,
+                "additionalProperties": {"type": "boolean"}}),
+        &Config::default(),
+    )
+    .unwrap();
+    assert_eq!(a.shortest_completion(&a.start()), b"{\"p\":0,\"\":true}");
+    // Two extra keys could be one repeated key: not enforceable, so no instance.
+    assert!(compile(
+        &json!({"type": "object", "minProperties": 2, "additionalProperties": {"type": "string"}}),
+        &Config::default()
+    )
+    .is_err());
+}
+
 #[test]
 fn unique_items_refused() {
     refused(
@@ -289,6 +324,9 @@ fn walks_are_valid() {
         json!({"type": "object", "propertyNames": {"format": "email"}}),
         json!({"type": "array", "items": {"enum": ["a", "b", "ab", 1, 12, true, null]},
                "minItems": 2, "uniqueItems": true}),
+        json!({"type": "object", "properties": {"p": {"type": "integer"}}, "minProperties": 2,
+               "additionalProperties": {"type": "string", "maxLength": 2}}),
+        json!({"type": "object", "minProperties": 1, "additionalProperties": {"type": "boolean"}}),
         json!({"type": "object", "properties": {"a": {}}, "propertyNames": false}),
         json!({"type": "array", "prefixItems": [{"type": "string"}, {"enum": [1, 2]}, {"type": "boolean"}],
                "items": false, "uniqueItems": true}),

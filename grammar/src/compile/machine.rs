@@ -886,21 +886,46 @@ impl Machine {
         if o.max.is_some_and(|m| emitted + 1 > m) {
             return false;
         }
-        // Enough live properties after j to reach min.
-        emitted + 1 + self.suffix_live[spec as usize][j as usize + 1] >= o.min
+        // Enough live properties after j to reach min (one extra key may add one).
+        emitted
+            + 1
+            + self.suffix_live[spec as usize][j as usize + 1]
+            + u32::from(self.extra_live(spec))
+            >= o.min
     }
 
+    /// Whether unlisted keys can be generated at all (a live value schema; `new` drops
+    /// `extra` when no key name is left).
+    fn extra_live(&self, spec: u32) -> bool {
+        self.ir.objs[spec as usize]
+            .extra
+            .is_some_and(|n| self.live(n))
+    }
+
+    /// An unlisted key may start. Extra keys come after the listed ones and may repeat
+    /// (names are not tracked), so they count towards `minProperties` once: the first
+    /// is allowed when it reaches `min`, and its name differs from every listed one.
+    /// Repeats only add keys, and `emitted` counts them all against `maxProperties`.
     fn extra_ok(&self, spec: u32, next: u32, emitted: u32) -> bool {
         let o = &self.ir.objs[spec as usize];
-        match o.extra {
-            Some(n) => {
-                self.live(n)
-                    && self.next_req[spec as usize][next as usize] as usize == o.props.len()
-                    && emitted >= o.min
-                    && o.max.is_none_or(|m| emitted < m)
-            }
-            None => false,
+        self.extra_live(spec)
+            && self.next_req[spec as usize][next as usize] as usize == o.props.len()
+            && emitted + 1 >= o.min
+            && o.max.is_none_or(|m| emitted < m)
+    }
+
+    /// The cheapest unlisted member, `"key":value`.
+    fn extra_member_text(&self, spec: u32) -> Option<Vec<u8>> {
+        let o = &self.ir.objs[spec as usize];
+        let n = o.extra?;
+        if !self.live(n) {
+            return None;
         }
+        let mut c = b"\"".to_vec();
+        c.extend(self.str_shortest(&self.str_frame(o.extra_key))?);
+        c.push(b':');
+        c.extend(self.min_text(n));
+        Some(c)
     }
 
     fn can_continue(&self, spec: u32, next: u32, emitted: u32) -> bool {
@@ -1277,19 +1302,29 @@ impl Machine {
                 chosen.push(j);
                 count += 1;
             }
-            if count < o.min {
-                return None;
-            }
             chosen.sort();
         }
+        // Short by one: an unlisted key, after the listed ones, brings the last one.
+        let extra = if count < o.min {
+            if count + 1 < o.min {
+                return None;
+            }
+            Some(self.extra_member_text(spec)?)
+        } else {
+            None
+        };
         let mut out = Vec::new();
         let mut first = first;
-        for j in chosen {
+        for m in chosen
+            .into_iter()
+            .map(|j| self.member_text(spec, j))
+            .chain(extra)
+        {
             if !first {
                 out.push(b',');
             }
             first = false;
-            out.extend(self.member_text(spec, j));
+            out.extend(m);
         }
         out.push(b'}');
         Some(out)
@@ -1558,6 +1593,15 @@ impl Machine {
                     match it.next() {
                         Some(c) => {
                             t = add(t, c);
+                            count += 1;
+                        }
+                        None if count + 1 == sp.min => {
+                            // One unlisted key may bring the last one (see `extra_ok`).
+                            let extra = sp.extra.map_or(INF, |n| lens[n as usize]);
+                            let key = self
+                                .str_shortest(&self.str_frame(sp.extra_key))
+                                .map_or(INF, |k| k.len() as u64 + 2);
+                            t = add(t, add(key, extra));
                             count += 1;
                         }
                         None => return INF,
