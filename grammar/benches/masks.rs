@@ -172,6 +172,16 @@ fn main() {
         );
         return;
     }
+    // Profiling aids: cold first documents replayed again and again (fresh caches);
+    // masks slower than the probe's µs described after each document (describing them
+    // during the replay would disturb the timings).
+    let repeat: usize = std::env::var("FORMWORK_BENCH_REPEAT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let probe: Option<f64> = std::env::var("FORMWORK_BENCH_PROBE")
+        .ok()
+        .and_then(|v| v.parse().ok());
     let mut models = support::model_paths();
     if let Ok(only) = std::env::var("FORMWORK_BENCH_MODEL") {
         models.retain(|(name, _)| *name == only);
@@ -239,12 +249,7 @@ fn main() {
             let Some(tokens) = trie.greedy_tokenize(&inst) else {
                 continue;
             };
-            let repeat: usize = std::env::var("FORMWORK_BENCH_REPEAT")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
             for _ in 0..repeat {
-                // Profiling aid: cold first documents again and again (fresh caches).
                 let mut m = Matcher::new(Grammar::new(a.clone()), trie.clone());
                 for &t in &tokens {
                     m.compute_mask(&mut mask);
@@ -254,11 +259,6 @@ fn main() {
             let g = Grammar::new(a.clone());
             let mut per_schema = Vec::with_capacity(tokens.len());
             let mut m = Matcher::new(g.clone(), trie.clone());
-            // Probe: masks slower than this many µs are described after the document
-            // (describing them during the replay would disturb the timings).
-            let probe: Option<f64> = std::env::var("FORMWORK_BENCH_PROBE")
-                .ok()
-                .and_then(|v| v.parse().ok());
             let mut slow = Vec::new();
             for &t in &tokens {
                 let t1 = Instant::now();
@@ -288,7 +288,7 @@ fn main() {
                 }
                 let hint = (
                     formwork_grammar::ByteAutomaton::plain_chars_allowed(&*a, &st),
-                    formwork_grammar::ByteAutomaton::plain_key(&*a, &st),
+                    formwork_grammar::ByteAutomaton::plain_key(&*a, &st).map(|k| (k.key, k.n)),
                 );
                 let dbg = format!("{st:?}");
                 println!(

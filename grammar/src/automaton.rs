@@ -18,16 +18,6 @@ use std::hash::Hash;
 ///   valid instance.
 /// - `shortest_completion(s)` is a shortest byte string leading from `s` to an
 ///   accepting state (empty if `s` accepts).
-/// A byte DFA with pre-multiplied states: from `q`, byte `b` leads to
-/// `trans[q + classes[b]]`; state 0 refuses. See [`ByteAutomaton::plain_key_table`].
-#[derive(Clone, Copy, Debug)]
-pub struct KeyTable<'a> {
-    pub classes: &'a [u8; 256],
-    pub trans: &'a [u32],
-    /// Where the key starts.
-    pub state: u32,
-}
-
 pub trait ByteAutomaton: Send + Sync {
     /// The state after some bytes. Small and cheap to clone for flat schemas;
     /// may carry a stack for recursive ones.
@@ -66,25 +56,35 @@ pub trait ByteAutomaton: Send + Sync {
 
     /// Optional acceleration hint for string bodies under a pattern or format, where
     /// `plain_chars_allowed` is useless because some plain characters are refused
-    /// (`\S`, `\w`, ECMA's `.` refusing U+2028). `Some((key, n))` promises: for every
-    /// byte string `w` made of at most `n` whole plain characters, whether `step`
-    /// accepts `w` from `s` depends on `key` alone. So any two states with hints
-    /// `(key, n1)` and `(key, n2)` accept exactly the same such strings of at most
-    /// `min(n1, n2)` characters, whatever else differs between them (the length
-    /// already written, the enclosing objects). The token side keeps, per key, the
-    /// plain tokens one walk found accepted and reuses them for every state with that
-    /// key. `None` (the default) promises nothing.
-    fn plain_key(&self, _s: &Self::State) -> Option<(u64, u32)> {
+    /// (`\S`, `\w`, ECMA's `.` refusing U+2028). `Some(k)` promises: for every byte
+    /// string `w` made of at most `k.n` whole plain characters, `step` accepts `w` from
+    /// `s` exactly when `k.table`, started at its `state`, never reaches state 0 over
+    /// the bytes of `w`; and equal `k.key`s come with equal tables and start states.
+    /// So whether such a string is accepted depends on the key alone, whatever else
+    /// differs between two states (the length already written, the enclosing objects).
+    /// The token side walks the plain tokens of a new key on the table (two lookups a
+    /// trie node, no automaton state interned) and reuses the result for every state
+    /// with that key. `None` (the default) promises nothing.
+    fn plain_key(&self, _s: &Self::State) -> Option<PlainKey<'_>> {
         None
     }
+}
 
-    /// A key from `plain_key` as a byte DFA over plain text, when it is one. Promise:
-    /// for a state `s` with `plain_key(s) == Some((k, n))` and every byte string `w`
-    /// of at most `n` whole plain characters, `step` accepts `w` from `s` exactly when
-    /// the table, started at its `state`, never reaches state 0 over the bytes of `w`.
-    /// The token side then finds the plain tokens of a new key with two table lookups
-    /// a trie node, instead of interning an automaton state per node.
-    fn plain_key_table(&self, _key: u64) -> Option<KeyTable<'_>> {
-        None
-    }
+/// The answer of [`ByteAutomaton::plain_key`].
+#[derive(Clone, Copy, Debug)]
+pub struct PlainKey<'a> {
+    pub key: u64,
+    /// How many plain characters the promise covers.
+    pub n: u32,
+    pub table: KeyTable<'a>,
+}
+
+/// A byte DFA with pre-multiplied states: from `q`, byte `b` leads to
+/// `trans[q + classes[b]]`; state 0 refuses.
+#[derive(Clone, Copy, Debug)]
+pub struct KeyTable<'a> {
+    pub classes: &'a [u8; 256],
+    pub trans: &'a [u32],
+    /// Where the key starts.
+    pub state: u32,
 }

@@ -294,11 +294,8 @@ impl ByteAutomaton for Automaton {
     fn plain_chars_allowed(&self, s: &State) -> Option<u32> {
         self.m.plain_chars_allowed(s)
     }
-    fn plain_key(&self, s: &State) -> Option<(u64, u32)> {
+    fn plain_key(&self, s: &State) -> Option<crate::automaton::PlainKey<'_>> {
         self.m.plain_key(s)
-    }
-    fn plain_key_table(&self, key: u64) -> Option<crate::automaton::KeyTable<'_>> {
-        Some(self.m.plain_key_table(key))
     }
     /// Exact: the matcher only uses it as a filter, but the equality is tested.
     fn allowed_bytes(&self, s: &State) -> Option<[u64; 4]> {

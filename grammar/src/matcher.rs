@@ -271,10 +271,13 @@ struct Cache<A: ByteAutomaton> {
     costs: Vec<(Vec<u32>, Vec<u32>)>,
     /// Per registered vocabulary, by `ByteAutomaton::plain_key`: the plain tokens of
     /// at most `n` characters accepted by every state with that key, and that `n`.
-    keyed: Vec<FxMap<u64, (u32, Box<[u64]>)>>,
+    keyed: Vec<FxMap<u64, KeyedSet>>,
     keyed_hits: usize,
     mask_bytes: usize,
 }
+
+/// The plain tokens of at most `n` characters a key accepts: `(n, bits)`.
+type KeyedSet = (u32, Box<[u64]>);
 
 /// A per-state memo entry, `None` while `UNSET`.
 fn memo_get(v: &[u32], s: u32) -> Option<u32> {
@@ -320,7 +323,7 @@ impl<A: ByteAutomaton> Cache<A> {
         self.ids.insert_unique(h, id, |&id| hashes[id as usize]);
         self.hashes.push(h);
         self.states.push(st);
-        if id as usize % ROW_CHUNK == 0 {
+        if (id as usize).is_multiple_of(ROW_CHUNK) {
             self.rows.push(
                 (0..ROW_CHUNK * 256)
                     .map(|_| Cell::new(UNKNOWN))
@@ -593,16 +596,15 @@ impl<A: ByteAutomaton> Cache<A> {
     fn compute_mask(&mut self, a: &A, s: u32, trie: &TokTrie, slot: usize, out: &mut TokenSet) {
         out.clear();
         let hint = self.plain(a, s);
-        let key = a
-            .plain_key(&self.states[s as usize])
-            .map(|(k, n)| (k, n.min(PLAIN_BUCKETS as u32)))
-            .filter(|&(_, n)| n > hint.unwrap_or(0).min(PLAIN_BUCKETS as u32));
-        if let Some((key, n)) = key {
+        let key = a.plain_key(&self.states[s as usize]).filter(|k| {
+            k.n.min(PLAIN_BUCKETS as u32) > hint.unwrap_or(0).min(PLAIN_BUCKETS as u32)
+        });
+        if let Some(k) = key {
             // Plain tokens of at most `n` characters: from the key's set when a state
-            // with the same key was walked before, else one walk of the plain trie
-            // (which is exact for every plain token, so nothing else is walked).
-            let n = n as usize;
-            match self.keyed[slot].get(&key) {
+            // with the same key was walked before, else one walk of the plain trie on
+            // the key's table (the longer ones are walked from the state itself).
+            let n = k.n.min(PLAIN_BUCKETS as u32) as usize;
+            match self.keyed[slot].get(&k.key) {
                 Some((kn, set)) if *kn as usize >= n => {
                     self.keyed_hits += 1;
                     let upto = trie.plain_upto[n - 1].as_words();
@@ -614,32 +616,16 @@ impl<A: ByteAutomaton> Cache<A> {
                             *o = x & u;
                         }
                     }
-                    if n < PLAIN_BUCKETS {
-                        self.walk(a, s, &trie.plain, Some(n as u8), out);
-                    }
-                }
-                _ if a.plain_key_table(key).is_some() => {
-                    // The key's DFA alone decides the plain tokens of at most `n`
-                    // characters: two table lookups per trie node, no state interned.
-                    walk_table(a.plain_key_table(key).unwrap(), &trie.plain, n as u32, out);
-                    let set: Box<[u64]> = out.as_words().into();
-                    self.mask_bytes += set.len() * 8;
-                    self.keyed[slot].insert(key, (n as u32, set));
-                    if n < PLAIN_BUCKETS {
-                        self.walk(a, s, &trie.plain, Some(n as u8), out);
-                    }
                 }
                 _ => {
-                    self.walk(a, s, &trie.plain, None, out);
-                    let set: Box<[u64]> = out
-                        .as_words()
-                        .iter()
-                        .zip(trie.plain_upto[n - 1].as_words())
-                        .map(|(x, u)| x & u)
-                        .collect();
+                    walk_table(k.table, &trie.plain, n as u32, out);
+                    let set: Box<[u64]> = out.as_words().into();
                     self.mask_bytes += set.len() * 8;
-                    self.keyed[slot].insert(key, (n as u32, set));
+                    self.keyed[slot].insert(k.key, (n as u32, set));
                 }
+            }
+            if n < PLAIN_BUCKETS {
+                self.walk(a, s, &trie.plain, Some(n as u8), out);
             }
             self.walk(a, s, &trie.rest, None, out);
         } else {

@@ -7,9 +7,10 @@
 //! - `plain_chars_allowed(s) == Some(n)` with `n >= 1` means every plain character
 //!   (all of printable ASCII but `"` and `\`, and the edges of every UTF-8 length
 //!   class) is accepted, and random runs of up to `min(n, 12)` plain characters are;
-//! - `plain_key(s) == Some((k, n))` means a state met earlier with the same key accepts
-//!   exactly the same random runs of plain characters (up to both `n`s), spaces and
-//!   U+2028 included.
+//! - `plain_key(s) == Some(k)` means random runs of up to `k.n` plain characters are
+//!   accepted exactly when the key's table takes them, and a state met earlier with the
+//!   same key accepts exactly the same runs (up to both `n`s), spaces and U+2028
+//!   included.
 //!
 //! `FORMWORK_SCHEMAS` caps the bench schemas (default 40, `0` = all),
 //! `FORMWORK_WALKS` sets walks per schema and whitespace mode (default 3).
@@ -116,9 +117,10 @@ fn check_key(
     plain: &[char],
     rng: &mut impl Rng,
 ) -> Result<(), String> {
-    let Some((key, n)) = a.plain_key(s) else {
+    let Some(k) = a.plain_key(s) else {
         return Ok(());
     };
+    let (key, n, t) = (k.key, k.n, k.table);
     let Some((other, m)) = seen.get(&key) else {
         seen.insert(key, (s.clone(), n));
         return Ok(());
@@ -140,6 +142,18 @@ fn check_key(
             step_bytes(a, s, text.as_bytes()),
             step_bytes(a, other, text.as_bytes()),
         );
+        let by_table = text
+            .bytes()
+            .try_fold(t.state, |q, b| {
+                let q2 = t.trans[q as usize + t.classes[b as usize] as usize];
+                (q2 != 0).then_some(q2)
+            })
+            .is_some();
+        if x != by_table {
+            return Err(format!(
+                "plain key {key:#x}: {text:?} accepted {x} by step but {by_table} by the key's table (n {n}) in {s:?}"
+            ));
+        }
         if x != y {
             return Err(format!(
                 "plain key {key:#x}: {text:?} accepted {x} here (n {n}) but {y} in {other:?} (n {m}); here is {s:?}"

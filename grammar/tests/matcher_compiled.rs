@@ -445,32 +445,33 @@ fn token_walks_on_real_vocabularies_are_valid() {
 /// over an alphabet where a pattern can refuse a plain character (space, U+2028 for
 /// ECMA's `.`, a non-ASCII letter) next to the bytes that close or continue a string.
 fn pattern_vocab(seed: u64, words: usize) -> Arc<TokTrie> {
-    let mut toks: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
-    let eos = toks.len() as u32;
-    toks.push(b"</s>".to_vec());
     let alphabet = [
         "a", "b", "z", " ", "\u{2028}", "\u{e9}", "\u{3000}", "1", "-", ":", "T", "Z", ".", "\"",
         ",", "\\",
     ];
     let mut rng = Rng::new(seed);
-    for _ in 0..words {
-        let len = 1 + rng.below(7);
-        let w: String = (0..len)
-            .map(|_| alphabet[rng.below(alphabet.len())])
-            .collect();
-        toks.push(w.into_bytes());
-    }
-    for w in [
+    let random: Vec<Vec<u8>> = (0..words)
+        .map(|_| {
+            let len = 1 + rng.below(7);
+            (0..len)
+                .map(|_| alphabet[rng.below(alphabet.len())])
+                .collect::<String>()
+                .into_bytes()
+        })
+        .collect();
+    let fixed = [
         "2024-02-29T",
         "12:30:00Z",
         "\",\"",
         "\":\"",
         "aaaa bbbb",
         "a b c d e f",
-    ] {
-        toks.push(w.as_bytes().to_vec());
-    }
-    Arc::new(TokTrie::new(toks, &[], &[eos]))
+    ];
+    byte_vocab_with(
+        random
+            .into_iter()
+            .chain(fixed.map(|w| w.as_bytes().to_vec())),
+    )
 }
 
 /// Strings whose pattern refuses some plain characters (`\S`, ECMA's `.`, a word count

@@ -213,8 +213,6 @@ fn budget_counts_tokens_so_strings_are_not_cut_short() {
     });
     let a = compile(&schema, &Config::default()).unwrap();
     let g = Grammar::new(a);
-    let mut toks: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
-    toks.push(b"</s>".to_vec());
     let words: &[&[u8]] = &[
         b"{\"",
         b"alpha_field",
@@ -228,10 +226,7 @@ fn budget_counts_tokens_so_strings_are_not_cut_short() {
         b"\",",
         b"hello",
     ];
-    toks.extend(words.iter().map(|w| w.to_vec()));
-    let mut special = vec![false; toks.len()];
-    special[256] = true;
-    let trie = Arc::new(TokTrie::new(toks, &special, &[256]));
+    let trie = byte_vocab_with(words.iter().map(|w| w.to_vec()));
     let t = |s: &str| tok(&trie, s);
 
     let mut m = Matcher::new(g.clone(), trie.clone());

@@ -177,7 +177,7 @@ struct PlainDfa {
     /// at most), filled lazily; [`DEPTH_UNKNOWN`] until asked.
     depth: Vec<AtomicU8>,
     /// The DFA's transitions with each target multiplied by the number of classes
-    /// (the row offset), for [`Machine::plain_key_table`].
+    /// (the row offset), for the table of [`Machine::plain_key`].
     rows: Vec<u32>,
 }
 
@@ -538,12 +538,7 @@ impl Machine {
                                     ws: 0,
                                     used: used | 1 << k,
                                 };
-                                if lit.len() == 1 {
-                                    self.child_done(&mut t2);
-                                } else {
-                                    t2.push(Frame::Lit { id, pos: 1 });
-                                }
-                                out.push(t2);
+                                out.push(self.lit_started(t2, id));
                             }
                         }
                     }
@@ -567,6 +562,16 @@ impl Machine {
                 ws,
             } => self.obj_step(t, spec, next, emitted, ph, ws, b, out),
         }
+    }
+
+    /// Thread `t` after the first byte of literal `id`.
+    fn lit_started(&self, mut t: Thread, id: u32) -> Thread {
+        if self.ir.lits[id as usize].len() == 1 {
+            self.child_done(&mut t);
+        } else {
+            t.push(Frame::Lit { id, pos: 1 });
+        }
+        t
     }
 
     fn sat_count(&self, spec: u32, c: u32) -> u32 {
@@ -607,13 +612,7 @@ impl Machine {
             match *alt {
                 Alt::Lit(id) => {
                     if self.ir.lits[id as usize][0] == b {
-                        let mut t2 = t.clone();
-                        if self.ir.lits[id as usize].len() == 1 {
-                            self.child_done(&mut t2);
-                        } else {
-                            t2.push(Frame::Lit { id, pos: 1 });
-                        }
-                        out.push(t2);
+                        out.push(self.lit_started(t.clone(), id));
                     }
                 }
                 Alt::Num(spec) => {
@@ -987,23 +986,8 @@ impl Machine {
                 if b != b'"' {
                     return;
                 }
-                // `prop_ok` admits no property past the first required one.
-                let mut cands =
-                    (next..o.props.len() as u32).filter(|&j| self.prop_ok(spec, next, emitted, j));
-                match (cands.next(), cands.next()) {
-                    (None, _) => {}
-                    (Some(j), None) => {
-                        let mut t2 = t.clone();
-                        let e2 = self.sat_emitted(spec, emitted + 1);
-                        set(&mut t2, j + 1, e2, ObjPh::Key { prop: j, pos: 0 }, 0);
-                        out.push(t2);
-                    }
-                    _ => {
-                        let mut t2 = t.clone();
-                        set(&mut t2, next, emitted, ObjPh::Keys { node: 0 }, 0);
-                        out.push(t2);
-                    }
-                }
+                // The key trie's root holds every listed property.
+                self.key_thread(t.clone(), spec, next, emitted, 0, out);
                 if self.extra_ok(spec, next, emitted) {
                     let e2 = self.sat_emitted(spec, emitted + 1);
                     set(&mut t, o.props.len() as u32, e2, ObjPh::ExtraKey, 0);
@@ -1025,32 +1009,17 @@ impl Machine {
             }
             ObjPh::Keys { node } => {
                 let pt = &self.prop_tries[spec as usize];
-                let e2 = self.sat_emitted(spec, emitted + 1);
                 if b == b'"' {
                     let j = pt.term[node as usize];
                     if j != OFF && self.prop_ok(spec, next, emitted, j) {
                         let mut t2 = t.clone();
+                        let e2 = self.sat_emitted(spec, emitted + 1);
                         set(&mut t2, j + 1, e2, ObjPh::Colon { prop: j }, 0);
                         out.push(t2);
                     }
                 }
                 if let Some(c) = pt.child(node, b) {
-                    let mut cands = pt.props[c as usize]
-                        .iter()
-                        .copied()
-                        .filter(|&j| self.prop_ok(spec, next, emitted, j));
-                    match (cands.next(), cands.next()) {
-                        (None, _) => {}
-                        (Some(j), None) => {
-                            let pos = pt.depth[c as usize];
-                            set(&mut t, j + 1, e2, ObjPh::Key { prop: j, pos }, 0);
-                            out.push(t);
-                        }
-                        _ => {
-                            set(&mut t, next, emitted, ObjPh::Keys { node: c }, 0);
-                            out.push(t);
-                        }
-                    }
+                    self.key_thread(t, spec, next, emitted, c, out);
                 }
             }
             ObjPh::Colon { prop } => {
@@ -1080,6 +1049,46 @@ impl Machine {
             }
             ObjPh::ExtraKey | ObjPh::InValue => {}
         }
+    }
+
+    /// The thread inside a key at node `node` of the object's key trie (`t`'s top is
+    /// that object): none when no candidate property is left, `Key` when one is (its
+    /// position and emitted count are fixed then), else `Keys`. `prop_ok` admits no
+    /// property past the first required one.
+    fn key_thread(
+        &self,
+        mut t: Thread,
+        spec: u32,
+        next: u32,
+        emitted: u32,
+        node: u32,
+        out: &mut Vec<Thread>,
+    ) {
+        let pt = &self.prop_tries[spec as usize];
+        let mut cands = pt.props[node as usize]
+            .iter()
+            .copied()
+            .filter(|&j| self.prop_ok(spec, next, emitted, j));
+        let (next, emitted, ph) = match (cands.next(), cands.next()) {
+            (None, _) => return,
+            (Some(j), None) => (
+                j + 1,
+                self.sat_emitted(spec, emitted + 1),
+                ObjPh::Key {
+                    prop: j,
+                    pos: pt.depth[node as usize],
+                },
+            ),
+            _ => (next, emitted, ObjPh::Keys { node }),
+        };
+        *t.last_mut().unwrap() = Frame::Obj {
+            spec,
+            next,
+            emitted,
+            ph,
+            ws: 0,
+        };
+        out.push(t);
     }
 
     // ---------- shortest completion ----------
@@ -1123,14 +1132,14 @@ impl Machine {
                     if matches!(ph, ArrPh::Comma) {
                         need = need.max(1);
                     }
+                    if free.len() < need {
+                        return None;
+                    }
                     for (i, l) in free.iter().take(need).enumerate() {
                         if i > 0 || !(first || matches!(ph, ArrPh::Comma)) {
                             o.push(b',');
                         }
                         o.extend_from_slice(l);
-                    }
-                    if free.len() < need {
-                        return None;
                     }
                     o.push(b']');
                     return Some(o);
@@ -1170,10 +1179,7 @@ impl Machine {
                         if !self.prop_ok(*spec, *next, *emitted, j) {
                             continue;
                         }
-                        let p = &o.props[j as usize];
-                        let mut c = p.key[pt.depth[node as usize] as usize..].to_vec();
-                        c.extend_from_slice(b"\":");
-                        c.extend(self.min_text(p.node));
+                        let mut c = self.member_rest(*spec, j, pt.depth[node as usize]);
                         let Some(rest) = self.obj_rest(*spec, j + 1, e2, false) else {
                             continue;
                         };
@@ -1220,19 +1226,14 @@ impl Machine {
                                     }
                                 }
                                 if best.is_none() && self.extra_ok(*spec, *next, *emitted) {
-                                    let mut c = b"\"".to_vec();
-                                    c.extend(self.str_shortest(&self.str_frame(o.extra_key))?);
-                                    c.push(b':');
-                                    c.extend(self.min_text(o.extra.unwrap()));
+                                    let mut c = self.extra_member_text(*spec)?;
                                     c.push(b'}');
                                     best = Some((c, 0));
                                 }
                                 return best.map(|b| b.0);
                             }
                             ObjPh::Key { prop, pos } => {
-                                out.extend_from_slice(&o.props[prop as usize].key[pos as usize..]);
-                                out.extend_from_slice(b"\":");
-                                out.extend(self.min_text(o.props[prop as usize].node));
+                                out.extend(self.member_rest(*spec, prop, pos));
                             }
                             ObjPh::Colon { prop } => {
                                 out.push(b':');
@@ -1266,9 +1267,15 @@ impl Machine {
     }
 
     fn member_text(&self, spec: u32, j: u32) -> Vec<u8> {
-        let p = &self.ir.objs[spec as usize].props[j as usize];
         let mut m = vec![b'"'];
-        m.extend_from_slice(&p.key);
+        m.extend(self.member_rest(spec, j, 0));
+        m
+    }
+
+    /// The cheapest rest of listed member `j` after `pos` bytes of its key.
+    fn member_rest(&self, spec: u32, j: u32, pos: u32) -> Vec<u8> {
+        let p = &self.ir.objs[spec as usize].props[j as usize];
+        let mut m = p.key[pos as usize..].to_vec();
         m.extend_from_slice(b"\":");
         m.extend(self.min_text(p.node));
         m
@@ -1998,27 +2005,25 @@ impl Machine {
     /// state has suffixes of every count from `full_from()` on (see
     /// [`super::dfa::LenTable`]). Names excluded by `propertyNames` only matter at the
     /// closing quote, which no plain character is.
-    pub fn plain_key(&self, s: &State) -> Option<(u64, u32)> {
+    pub fn plain_key(&self, s: &State) -> Option<crate::automaton::PlainKey<'_>> {
         let [t] = s.threads.as_slice() else {
             return None;
         };
         let (spec, len, dfa) = body_at_boundary(t)?;
         let di = self.ir.strs[spec as usize].dfa?;
         let n = self.key_room(spec, len);
-        (n >= 1).then_some(((u64::from(di) << 32) | u64::from(dfa), n))
-    }
-
-    /// A plain key's DFA. Within the key's `n` characters the DFA is all `str_step`
-    /// tests for a plain byte: UTF-8 holds by construction, and the length tests pass
-    /// (see [`Machine::plain_key`]).
-    pub fn plain_key_table(&self, key: u64) -> crate::automaton::KeyTable<'_> {
-        let di = (key >> 32) as usize;
-        let d = &self.ir.dfas[di];
-        crate::automaton::KeyTable {
-            classes: &d.classes,
-            trans: &self.plain_dfa[di].rows,
-            state: key as u32 * d.nclasses as u32,
-        }
+        let d = &self.ir.dfas[di as usize];
+        (n >= 1).then(|| crate::automaton::PlainKey {
+            key: (u64::from(di) << 32) | u64::from(dfa),
+            n,
+            // Within the key's `n` characters the DFA is all `str_step` tests for a
+            // plain byte: UTF-8 holds by construction, and the length tests pass.
+            table: crate::automaton::KeyTable {
+                classes: &d.classes,
+                trans: &self.plain_dfa[di as usize].rows,
+                state: dfa * d.nclasses as u32,
+            },
+        })
     }
 
     /// Whether `str_char`'s length tests pass for every live DFA state at character

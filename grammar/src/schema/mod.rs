@@ -1491,6 +1491,26 @@ impl<'a> Builder<'a> {
         Ok(Ok(None))
     }
 
+    /// The literal ids of the values of `t.lits` that pass the rest of `t` (in order,
+    /// one per value kept), as `lower` turns them into alternatives.
+    fn literal_ids(&mut self, t: &Typed) -> Result<Vec<u32>, CompileError> {
+        let Some(lits) = &t.lits else {
+            return Ok(Vec::new());
+        };
+        let mut rest = t.clone();
+        rest.lits = None;
+        let mut ids = Vec::new();
+        for v in lits {
+            if self.value_ok(&rest, v, false)? {
+                let text = serde_json::to_string(v)
+                    .expect("a Value serialises")
+                    .into_bytes();
+                ids.push(self.lit(text));
+            }
+        }
+        Ok(ids)
+    }
+
     /// The literal ids of the items of `t` when `uniqueItems` can be kept by never
     /// repeating a literal: no prefix, items a finite set of literals (at most 64, at
     /// least `minItems`), and values whose canonical texts differ exactly when the
@@ -1505,35 +1525,22 @@ impl<'a> Builder<'a> {
         };
         let mut ids: Vec<u32> = Vec::new();
         for a in d.iter() {
-            let mut texts: Vec<Vec<u8>> = Vec::new();
-            match &a.lits {
-                Some(lits) => {
-                    let mut rest = a.clone();
-                    rest.lits = None;
-                    for v in lits {
-                        if self.value_ok(&rest, v, false)? {
-                            texts.push(
-                                serde_json::to_string(v)
-                                    .expect("a Value serialises")
-                                    .into_bytes(),
-                            );
-                        }
-                    }
+            let mine = if a.lits.is_some() {
+                self.literal_ids(a)?
+            } else if a.t & !(T_NULL | T_BOOL) != 0 {
+                return Ok(None);
+            } else {
+                let mut v = Vec::new();
+                if a.t & T_NULL != 0 {
+                    v.push(LIT_NULL);
                 }
-                None => {
-                    if a.t & !(T_NULL | T_BOOL) != 0 {
-                        return Ok(None);
-                    }
-                    if a.t & T_NULL != 0 {
-                        texts.push(b"null".to_vec());
-                    }
-                    if a.t & T_BOOL != 0 {
-                        texts.push(b"true".to_vec());
-                        texts.push(b"false".to_vec());
-                    }
+                if a.t & T_BOOL != 0 {
+                    v.extend([LIT_TRUE, LIT_FALSE]);
                 }
-            }
-            for text in texts {
+                v
+            };
+            for id in mine {
+                let text = &self.ir.lits[id as usize];
                 let exact = match text.first() {
                     Some(b'"' | b't' | b'f' | b'n') => true,
                     Some(b'-' | b'0'..=b'9') => {
@@ -1544,7 +1551,6 @@ impl<'a> Builder<'a> {
                 if !exact {
                     return Ok(None);
                 }
-                let id = self.lit(text);
                 if !ids.contains(&id) {
                     ids.push(id);
                 }
@@ -1764,21 +1770,13 @@ impl<'a> Builder<'a> {
     }
 
     fn lower(&mut self, t: &Typed, ptr: &str, alts: &mut Vec<Alt>) -> Result<(), CompileError> {
-        if let Some(lits) = t.lits.clone() {
-            let mut rest = t.clone();
-            rest.lits = None;
+        if let Some(lits) = &t.lits {
+            let ids = self.literal_ids(t).map_err(|e| at_ptr(e, ptr))?;
+            self.fmt_lits += lits.len() - ids.len();
             let mut seen: HashSet<Alt> = alts.iter().copied().collect();
-            for v in &lits {
-                if self.value_ok(&rest, v, false).map_err(|e| at_ptr(e, ptr))? {
-                    let text = serde_json::to_string(v)
-                        .expect("a Value serialises")
-                        .into_bytes();
-                    let id = self.lit(text);
-                    if seen.insert(Alt::Lit(id)) {
-                        alts.push(Alt::Lit(id));
-                    }
-                } else {
-                    self.fmt_lits += 1;
+            for id in ids {
+                if seen.insert(Alt::Lit(id)) {
+                    alts.push(Alt::Lit(id));
                 }
             }
             return Ok(());

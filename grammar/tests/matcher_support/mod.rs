@@ -380,9 +380,15 @@ impl<A: ByteAutomaton> ByteAutomaton for NoHint<A> {
 
 /// 256 single-byte tokens, then EOS (`</s>`, special) at id 256.
 pub fn byte_vocab() -> Arc<TokTrie> {
+    byte_vocab_with(std::iter::empty())
+}
+
+/// Every byte, EOS at 256, then `words` from id 257 on.
+pub fn byte_vocab_with(words: impl IntoIterator<Item = Vec<u8>>) -> Arc<TokTrie> {
     let mut toks: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
     toks.push(b"</s>".to_vec());
-    let mut special = vec![false; 257];
+    toks.extend(words);
+    let mut special = vec![false; toks.len()];
     special[256] = true;
     Arc::new(TokTrie::new(toks, &special, &[256]))
 }
