@@ -30,6 +30,10 @@ pub struct BatchOptions {
     pub log_content: bool,
     /// Show a progress bar (a plain line per record when stderr is not a terminal).
     pub progress: bool,
+    /// Worked examples, and how many of them each record gets, picked how.
+    pub examples: Vec<crate::examples::Loaded>,
+    pub shots: usize,
+    pub pick: crate::examples::Pick,
 }
 
 #[derive(Debug, Default, Clone, serde::Serialize)]
@@ -206,6 +210,23 @@ pub fn run(
         }
         let record = match parsed {
             Ok((_, text)) => {
+                let picked;
+                let opts = if bopts.examples.is_empty() {
+                    opts
+                } else {
+                    let examples = crate::examples::pick(
+                        &bopts.examples,
+                        &text,
+                        None,
+                        bopts.shots,
+                        bopts.pick,
+                    );
+                    picked = ExtractOptions {
+                        examples,
+                        ..opts.clone()
+                    };
+                    &picked
+                };
                 let ex = engine.extract(schema, &text, opts);
                 if interrupted.load(Ordering::SeqCst) && ex.verdict == VerdictKind::Error {
                     summary.interrupted = true;

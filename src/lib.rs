@@ -30,6 +30,7 @@ pub mod batch;
 pub mod bench;
 pub mod cli;
 pub mod engine;
+pub mod examples;
 pub mod sampling;
 pub mod validate;
 

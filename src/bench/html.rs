@@ -168,12 +168,14 @@ pub fn render(r: &Report, markdown_table: &str) -> String {
     let _ =
         write!(
         html,
-        "<p>{} modes, sampling {}, seed {}, max tokens {}, retries {}, strings compared {}.</p>",
+        "<p>{} modes, sampling {}, seed {}, max tokens {}, retries {}, prompt {:?}, {} example(s) per record, strings compared {}.</p>",
         modes.len(),
         esc(&r.sampling),
         r.seed,
         r.max_tokens,
         r.retries,
+        r.prompt,
+        r.shots,
         if r.exact_strings { "exactly" } else { "after trimming and case-folding" }
     );
     let mode_names: Vec<String> = modes.iter().map(|m| m.name().to_string()).collect();
@@ -205,6 +207,68 @@ pub fn render(r: &Report, markdown_table: &str) -> String {
         .collect();
     html.push_str(&grouped_bars(
         "Validity and accuracy by mode",
+        &labels,
+        &series,
+    ));
+
+    // Right, not only valid: slot F1 and false fills by mode, the all-null answer beside.
+    let labels = vec![
+        "field accuracy".to_string(),
+        "all-null answer (field accuracy)".into(),
+        "slot precision".into(),
+        "slot recall".into(),
+        "slot F1".into(),
+        "false-fill rate".into(),
+        "miss rate".into(),
+    ];
+    let series: Vec<(String, Vec<f64>)> = mode_names
+        .iter()
+        .filter_map(|m| {
+            r.overall.get(m).map(|x| {
+                (
+                    m.clone(),
+                    vec![
+                        x.field_accuracy,
+                        x.null_baseline_accuracy,
+                        x.slot_precision,
+                        x.slot_recall,
+                        x.slot_f1,
+                        x.false_fill_rate,
+                        x.miss_rate,
+                    ],
+                )
+            })
+        })
+        .collect();
+    html.push_str(
+        "<p>Valid is not right: a schema-valid answer can still be wrong in every field. \
+         The all-null answer (null, or false, everywhere) is the floor a model must beat; \
+         slot F1 counts only the fields whose gold value is filled.</p>",
+    );
+    html.push_str(&grouped_bars(
+        "Slot F1 and false fills by mode (all-null answer beside)",
+        &labels,
+        &series,
+    ));
+    let mut labels = Vec::new();
+    let mut per_mode_vals: Vec<Vec<f64>> = vec![Vec::new(); mode_names.len()];
+    for (name, by_mode) in &r.per_schema {
+        for (what, get) in [
+            (
+                "slot F1",
+                (|x: &super::Summary| x.slot_f1) as fn(&super::Summary) -> f64,
+            ),
+            ("false fills", |x: &super::Summary| x.false_fill_rate),
+        ] {
+            labels.push(format!("{name}: {what}"));
+            for (mi, m) in mode_names.iter().enumerate() {
+                per_mode_vals[mi].push(by_mode.get(m).map_or(f64::NAN, get));
+            }
+        }
+    }
+    let series: Vec<(String, Vec<f64>)> = mode_names.iter().cloned().zip(per_mode_vals).collect();
+    html.push_str(&grouped_bars(
+        "Slot F1 and false fills per schema, by mode",
         &labels,
         &series,
     ));

@@ -194,6 +194,16 @@ pub struct RecordResult {
     pub fields_correct: usize,
     pub fields_total: usize,
     pub field_hits: BTreeMap<String, bool>,
+    /// Each leaf field's slot outcome (see [`SlotOutcome`]).
+    pub slots: BTreeMap<String, SlotOutcome>,
+    /// Leaf fields whose gold value is empty (null, or false): what the all-null
+    /// answer gets right.
+    pub gold_empty: usize,
+    /// Pointers of predicted strings that are placeholders: empty, "N/A", "unknown",
+    /// or a copy of a field's name, title or description.
+    pub placeholders: Vec<String>,
+    /// The examples put in the prompt (their count).
+    pub shots: usize,
     pub needs_review: bool,
     pub attempts: usize,
     pub tokens_prompt: usize,
@@ -207,6 +217,129 @@ pub struct RecordResult {
     pub value: Option<Value>,
 }
 
+/// What a model's value for one leaf field is, against the gold. "Empty" is null (or
+/// absent), or `false`: a boolean slot is filled when it is true, as in SNIPS, where
+/// `use_current_location` is true exactly when the slot is annotated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SlotOutcome {
+    /// Gold filled, prediction equal to it.
+    Hit,
+    /// Both filled, not equal.
+    Wrong,
+    /// Gold empty, prediction filled.
+    FalseFill,
+    /// Gold filled, prediction empty.
+    Miss,
+    /// Both empty.
+    Empty,
+}
+
+/// Null, absent, or `false`.
+pub fn is_empty_value(v: Option<&Value>) -> bool {
+    matches!(v, None | Some(Value::Null) | Some(Value::Bool(false)))
+}
+
+pub fn slot_outcome(pred: Option<&Value>, gold: &Value, exact_strings: bool) -> SlotOutcome {
+    match (is_empty_value(pred), is_empty_value(Some(gold))) {
+        (true, true) => SlotOutcome::Empty,
+        (false, true) => SlotOutcome::FalseFill,
+        (true, false) => SlotOutcome::Miss,
+        (false, false) => {
+            if field_equal(pred.expect("filled"), gold, exact_strings) {
+                SlotOutcome::Hit
+            } else {
+                SlotOutcome::Wrong
+            }
+        }
+    }
+}
+
+/// Texts that are no answer: what a model writes instead of null, and the schema's own
+/// words (every property name, spaced and not, every title and description), all
+/// trimmed and lowercased.
+pub fn placeholder_texts(schema: &Value) -> std::collections::BTreeSet<String> {
+    let mut out: std::collections::BTreeSet<String> = [
+        "",
+        "n/a",
+        "na",
+        "none",
+        "null",
+        "unknown",
+        "not specified",
+        "not mentioned",
+        "not stated",
+        "not provided",
+        "unspecified",
+        "-",
+        "?",
+        "...",
+        "string",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    fn walk(v: &Value, out: &mut std::collections::BTreeSet<String>) {
+        match v {
+            Value::Object(m) => {
+                for (k, x) in m {
+                    match (k.as_str(), x) {
+                        ("title" | "description", Value::String(t)) => {
+                            out.insert(t.trim().to_lowercase());
+                        }
+                        ("properties", Value::Object(props)) => {
+                            for name in props.keys() {
+                                out.insert(name.to_lowercase());
+                                out.insert(name.replace('_', " ").to_lowercase());
+                            }
+                        }
+                        _ => {}
+                    }
+                    walk(x, out);
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
+            _ => {}
+        }
+    }
+    walk(schema, &mut out);
+    out
+}
+
+/// Pointers of the string values in `value` (all leaves, inside arrays too) that are
+/// placeholders.
+pub fn find_placeholders(value: &Value, texts: &std::collections::BTreeSet<String>) -> Vec<String> {
+    fn walk(
+        v: &Value,
+        path: String,
+        texts: &std::collections::BTreeSet<String>,
+        out: &mut Vec<String>,
+    ) {
+        match v {
+            Value::String(s) if texts.contains(&s.trim().to_lowercase()) => out.push(path),
+            Value::Object(m) => {
+                for (k, x) in m {
+                    walk(
+                        x,
+                        format!("{path}/{}", k.replace('~', "~0").replace('/', "~1")),
+                        texts,
+                        out,
+                    );
+                }
+            }
+            Value::Array(a) => {
+                for (i, x) in a.iter().enumerate() {
+                    walk(x, format!("{path}/{i}"), texts, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(value, String::new(), texts, &mut out);
+    out
+}
+
 pub fn score(case: &Case, mode: BenchMode, ex: &Extraction, exact_strings: bool) -> RecordResult {
     let conforming = matches!(
         ex.verdict,
@@ -217,15 +350,24 @@ pub fn score(case: &Case, mode: BenchMode, ex: &Extraction, exact_strings: bool)
         VerdictKind::NotJson | VerdictKind::Incomplete | VerdictKind::Error
     );
     let mut field_hits = BTreeMap::new();
-    // A schema-invalid record has no trustworthy value: every field counts as wrong.
+    let mut slots = BTreeMap::new();
+    let mut gold_empty = 0;
+    // A schema-invalid record has no trustworthy value: every field counts as wrong
+    // (and, as a slot, as not filled).
     let value = if conforming { ex.value.clone() } else { None };
     for (ptr, gold) in leaf_fields(&case.expected) {
-        let hit = value
-            .as_ref()
-            .and_then(|v| v.pointer(&ptr))
-            .is_some_and(|p| field_equal(p, &gold, exact_strings));
+        let pred = value.as_ref().and_then(|v| v.pointer(&ptr));
+        let hit = pred.is_some_and(|p| field_equal(p, &gold, exact_strings));
+        if is_empty_value(Some(&gold)) {
+            gold_empty += 1;
+        }
+        slots.insert(ptr.clone(), slot_outcome(pred, &gold, exact_strings));
         field_hits.insert(ptr, hit);
     }
+    let placeholders = value
+        .as_ref()
+        .map(|v| find_placeholders(v, &placeholder_texts(&case.schema)))
+        .unwrap_or_default();
     let fields_correct = field_hits.values().filter(|h| **h).count();
     RecordResult {
         id: case.id.clone(),
@@ -239,6 +381,10 @@ pub fn score(case: &Case, mode: BenchMode, ex: &Extraction, exact_strings: bool)
         fields_total: field_hits.len(),
         fields_correct,
         field_hits,
+        slots,
+        gold_empty,
+        placeholders,
+        shots: 0,
         needs_review: ex.needs_review,
         attempts: ex.attempts,
         tokens_prompt: ex.tokens_prompt,
@@ -261,7 +407,25 @@ pub struct Summary {
     pub semantic_valid_rate: f64,
     pub exact_match: f64,
     pub field_accuracy: f64,
+    /// Per-field accuracy of the answer that is empty (null, or false) everywhere,
+    /// computed from the gold: the floor a model must beat.
+    pub null_baseline_accuracy: f64,
+    /// Over the slots: precision = hits / filled predictions, recall = hits / filled
+    /// gold values, and their F1.
+    pub slot_precision: f64,
+    pub slot_recall: f64,
+    pub slot_f1: f64,
+    /// Filled predictions where the gold is empty, over the empty gold fields.
+    pub false_fill_rate: f64,
+    /// Empty predictions where the gold is filled, over the filled gold fields.
+    pub miss_rate: f64,
+    /// Placeholder strings (see [`RecordResult::placeholders`]), and their share of
+    /// the filled predictions.
+    pub placeholders: usize,
+    pub placeholder_rate: f64,
     pub per_field: BTreeMap<String, f64>,
+    /// Per field: how many of each slot outcome.
+    pub per_field_slots: BTreeMap<String, SlotCounts>,
     pub needs_review_rate: f64,
     pub attempts_mean: f64,
     pub tokens_prompt_total: usize,
@@ -276,6 +440,57 @@ pub struct Summary {
     pub mask_us_p50: Option<f64>,
     pub mask_us_p99: Option<f64>,
     pub masks_computed: usize,
+}
+
+/// Counts of each [`SlotOutcome`].
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct SlotCounts {
+    pub hit: usize,
+    pub wrong: usize,
+    pub false_fill: usize,
+    pub miss: usize,
+    pub empty: usize,
+}
+
+impl SlotCounts {
+    pub fn add(&mut self, o: SlotOutcome) {
+        match o {
+            SlotOutcome::Hit => self.hit += 1,
+            SlotOutcome::Wrong => self.wrong += 1,
+            SlotOutcome::FalseFill => self.false_fill += 1,
+            SlotOutcome::Miss => self.miss += 1,
+            SlotOutcome::Empty => self.empty += 1,
+        }
+    }
+    pub fn predicted(&self) -> usize {
+        self.hit + self.wrong + self.false_fill
+    }
+    pub fn gold_filled(&self) -> usize {
+        self.hit + self.wrong + self.miss
+    }
+    pub fn gold_empty(&self) -> usize {
+        self.false_fill + self.empty
+    }
+    pub fn precision(&self) -> f64 {
+        ratio(self.hit, self.predicted())
+    }
+    pub fn recall(&self) -> f64 {
+        ratio(self.hit, self.gold_filled())
+    }
+    /// F1 of precision and recall; 0 when nothing is right, NaN when there is nothing
+    /// to find and nothing was filled.
+    pub fn f1(&self) -> f64 {
+        let d = self.predicted() + self.gold_filled();
+        ratio(2 * self.hit, d)
+    }
+}
+
+fn ratio(a: usize, b: usize) -> f64 {
+    if b == 0 {
+        f64::NAN
+    } else {
+        a as f64 / b as f64
+    }
 }
 
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -299,6 +514,16 @@ pub fn summarize(rs: &[&RecordResult]) -> Summary {
             }
         }
     }
+    let mut slots = SlotCounts::default();
+    let mut per_field_slots: BTreeMap<String, SlotCounts> = BTreeMap::new();
+    for r in rs {
+        for (k, o) in &r.slots {
+            slots.add(*o);
+            per_field_slots.entry(k.clone()).or_default().add(*o);
+        }
+    }
+    let placeholders: usize = rs.iter().map(|r| r.placeholders.len()).sum();
+    let gold_empty: usize = rs.iter().map(|r| r.gold_empty).sum();
     let fields_total: usize = rs.iter().map(|r| r.fields_total).sum();
     let fields_correct: usize = rs.iter().map(|r| r.fields_correct).sum();
     let generated: usize = rs.iter().map(|r| r.tokens_generated).sum();
@@ -329,6 +554,15 @@ pub fn summarize(rs: &[&RecordResult]) -> Summary {
         } else {
             fields_correct as f64 / fields_total as f64
         },
+        null_baseline_accuracy: ratio(gold_empty, fields_total),
+        slot_precision: slots.precision(),
+        slot_recall: slots.recall(),
+        slot_f1: slots.f1(),
+        false_fill_rate: ratio(slots.false_fill, slots.gold_empty()),
+        miss_rate: ratio(slots.miss, slots.gold_filled()),
+        placeholders,
+        placeholder_rate: ratio(placeholders, slots.predicted()),
+        per_field_slots,
         per_field: per_field_hits
             .into_iter()
             .map(|(k, (c, t))| (k, c as f64 / t.max(1) as f64))
@@ -368,6 +602,10 @@ pub struct Report {
     pub max_tokens: usize,
     pub retries: usize,
     pub modes: Vec<BenchMode>,
+    pub prompt: crate::engine::prompt::PromptStyle,
+    pub examples: Option<String>,
+    pub shots: usize,
+    pub pick: crate::examples::Pick,
     pub overall: BTreeMap<String, Summary>,
     pub per_schema: BTreeMap<String, BTreeMap<String, Summary>>,
     pub peak_rss_mb: Option<f64>,
@@ -388,6 +626,11 @@ pub struct BenchConfig {
     pub opts: ExtractOptions,
     pub exact_strings: bool,
     pub dataset_name: String,
+    /// Worked examples (`--examples`): a JSONL file, read per schema.
+    pub examples: Option<std::path::PathBuf>,
+    /// How many examples each record gets (`--shots`).
+    pub shots: usize,
+    pub pick: crate::examples::Pick,
 }
 
 /// Run every case in every mode. `progress` is called after each record.
@@ -399,6 +642,7 @@ pub fn run(
 ) -> anyhow::Result<Report> {
     let started = Instant::now();
     let mut schemas: BTreeMap<String, Schema> = BTreeMap::new();
+    let mut pools: BTreeMap<String, Vec<crate::examples::Loaded>> = BTreeMap::new();
     // Group by schema so the shared prompt prefix is reused across records.
     let mut order: Vec<&Case> = cases.iter().collect();
     order.sort_by(|a, b| a.schema_name.cmp(&b.schema_name));
@@ -419,8 +663,30 @@ pub fn run(
                 schemas.insert(key.clone(), s);
             }
             let schema = schemas.get_mut(&key).expect("inserted above");
+            if let Some(path) = &cfg.examples {
+                if !pools.contains_key(&key) {
+                    let pool = crate::examples::load(path, &schema.value, &schema.validator)?;
+                    anyhow::ensure!(
+                        pool.len() >= cfg.shots,
+                        "examples {}: {} example(s) for schema `{}`, fewer than --shots {}",
+                        path.display(),
+                        pool.len(),
+                        case.schema_name,
+                        cfg.shots
+                    );
+                    pools.insert(key.clone(), pool);
+                }
+                opts.examples = crate::examples::pick(
+                    &pools[&key],
+                    &case.text,
+                    Some(&case.id),
+                    cfg.shots,
+                    cfg.pick,
+                );
+            }
             let ex = engine.extract(schema, &case.text, &opts);
-            let r = score(case, mode, &ex, cfg.exact_strings);
+            let mut r = score(case, mode, &ex, cfg.exact_strings);
+            r.shots = opts.examples.len();
             progress(&r);
             records.push(r);
         }
@@ -454,6 +720,10 @@ pub fn run(
         max_tokens: cfg.opts.max_tokens,
         retries: cfg.opts.retries,
         modes: cfg.modes.clone(),
+        prompt: cfg.opts.prompt,
+        examples: cfg.examples.as_ref().map(|p| p.display().to_string()),
+        shots: if cfg.examples.is_some() { cfg.shots } else { 0 },
+        pick: cfg.pick,
         overall,
         per_schema,
         peak_rss_mb: peak_rss_mb(),
@@ -474,38 +744,79 @@ fn opt(x: Option<f64>, digits: usize) -> String {
     x.map_or("–".into(), |v| format!("{v:.digits$}"))
 }
 
-/// The markdown table printed on stdout.
+fn f3(x: f64) -> String {
+    if x.is_nan() {
+        "–".into()
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+/// The markdown tables printed on stdout: quality first (with the all-null baseline
+/// beside every accuracy), then cost, then per schema and per field.
 pub fn markdown(r: &Report) -> String {
     let mut s = format!(
-        "## {} on {} ({} records per mode, {}, seed {})\n\n",
+        "## {} on {} ({} records per mode, {}, seed {}, prompt {}, {} example{} per record{})\n\n",
         r.model,
         r.dataset,
         r.overall.values().next().map_or(0, |x| x.records),
         r.sampling,
-        r.seed
+        r.seed,
+        match r.prompt {
+            crate::engine::prompt::PromptStyle::Outline => "outline",
+            crate::engine::prompt::PromptStyle::JsonSchema => "json-schema",
+        },
+        r.shots,
+        if r.shots == 1 { "" } else { "s" },
+        if r.shots > 0 {
+            format!(
+                ", picked by {}",
+                match r.pick {
+                    crate::examples::Pick::Bm25 => "BM25",
+                    crate::examples::Pick::First => "file order",
+                }
+            )
+        } else {
+            String::new()
+        },
     );
-    s.push_str("| mode | parses | schema-valid | semantic-valid | exact match | field acc. | needs review | attempts | tok/record | forced | fwd passes | decode tok/s | ms/valid obj | mask p50 µs | mask p99 µs |\n");
-    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    s.push_str("| mode | schema-valid | field acc. | all-null | slot P | slot R | slot F1 | false fills | misses | placeholders | exact match |\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (mode, x) in &r.overall {
         s.push_str(&format!(
-            "| {mode} | {} | {} | {} | {} | {} | {} | {:.2} | {:.1} | {} | {} | {:.1} | {} | {} | {} |\n",
-            pct(x.parse_rate),
+            "| {mode} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             pct(x.schema_valid_rate),
-            pct(x.semantic_valid_rate),
-            pct(x.exact_match),
             pct(x.field_accuracy),
+            pct(x.null_baseline_accuracy),
+            f3(x.slot_precision),
+            f3(x.slot_recall),
+            f3(x.slot_f1),
+            pct(x.false_fill_rate),
+            pct(x.miss_rate),
+            x.placeholders,
+            pct(x.exact_match),
+        ));
+    }
+    s.push_str("\n| mode | parses | semantic-valid | needs review | attempts | tok/record | forced | fwd passes | decode tok/s | ms/record p50 | ms/valid obj | mask p50 µs | mask p99 µs |\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (mode, x) in &r.overall {
+        s.push_str(&format!(
+            "| {mode} | {} | {} | {} | {:.2} | {:.1} | {} | {} | {:.1} | {:.0} | {} | {} | {} |\n",
+            pct(x.parse_rate),
+            pct(x.semantic_valid_rate),
             pct(x.needs_review_rate),
             x.attempts_mean,
             x.tokens_per_record,
             pct(x.forced_share),
             x.forward_passes_total,
             x.decode_tokens_per_s,
+            x.ms_p50,
             opt(x.ms_per_valid_object, 0),
             opt(x.mask_us_p50, 1),
             opt(x.mask_us_p99, 1),
         ));
     }
-    s.push_str("\nPer schema (schema-valid / exact match / field accuracy):\n\n| schema | ");
+    s.push_str("\nPer schema (schema-valid / field accuracy (all-null) / slot F1 / false fills):\n\n| schema | ");
     let modes: Vec<&String> = r.overall.keys().collect();
     s.push_str(
         &modes
@@ -522,15 +833,49 @@ pub fn markdown(r: &Report) -> String {
         for m in &modes {
             match by_mode.get(*m) {
                 Some(x) => s.push_str(&format!(
-                    " {} / {} / {} |",
+                    " {} / {} ({}) / {} / {} |",
                     pct(x.schema_valid_rate),
-                    pct(x.exact_match),
-                    pct(x.field_accuracy)
+                    pct(x.field_accuracy),
+                    pct(x.null_baseline_accuracy),
+                    f3(x.slot_f1),
+                    pct(x.false_fill_rate),
                 )),
                 None => s.push_str(" – |"),
             }
         }
         s.push('\n');
+    }
+    s.push_str("\nWhere the errors are, per schema and field (hits / wrong value / false fills / misses, of gold filled / gold empty):\n\n| schema | field |");
+    for m in &modes {
+        s.push_str(&format!(" {m} |"));
+    }
+    s.push_str("\n|---|---|");
+    s.push_str(&"---|".repeat(modes.len()));
+    s.push('\n');
+    for (name, by_mode) in &r.per_schema {
+        let fields: Vec<&String> = by_mode
+            .values()
+            .next()
+            .map(|x| x.per_field_slots.keys().collect())
+            .unwrap_or_default();
+        for f in fields {
+            s.push_str(&format!("| {name} | `{f}` |"));
+            for m in &modes {
+                match by_mode.get(*m).and_then(|x| x.per_field_slots.get(f)) {
+                    Some(c) => s.push_str(&format!(
+                        " {} / {} / {} / {} of {} / {} |",
+                        c.hit,
+                        c.wrong,
+                        c.false_fill,
+                        c.miss,
+                        c.gold_filled(),
+                        c.gold_empty()
+                    )),
+                    None => s.push_str(" – |"),
+                }
+            }
+            s.push('\n');
+        }
     }
     if let (Some(m), Some(n)) = (r.overall.get("masked"), r.overall.get("masked-nojf")) {
         s.push_str(&format!(
@@ -571,5 +916,126 @@ mod tests {
         let f = leaf_fields(&json!({"a": 1, "loc": {"city": "X", "state": null}, "l": [1, 2]}));
         let names: Vec<&str> = f.iter().map(|x| x.0.as_str()).collect();
         assert_eq!(names, ["/a", "/loc/city", "/loc/state", "/l"]);
+    }
+
+    fn record(expected: Value, value: Option<Value>, verdict: VerdictKind) -> RecordResult {
+        let case = Case {
+            id: "r".into(),
+            schema_name: "S".into(),
+            text: "t".into(),
+            schema: json!({"type": "object", "properties": {
+                "city": {"type": ["string", "null"], "title": "City", "description": "The city."},
+                "here": {"type": "boolean"},
+                "n": {"type": ["integer", "null"]},
+                "loc": {"type": "object", "properties": {"state": {"type": ["string", "null"]}}}
+            }}),
+            expected,
+        };
+        let ex = Extraction {
+            value,
+            verdict,
+            errors: Vec::new(),
+            message: None,
+            attempts: 1,
+            tokens_prompt: 0,
+            tokens_generated: 0,
+            tokens_forced: 0,
+            forward_passes: 0,
+            ms: 0,
+            schema_sha256: String::new(),
+            model: String::new(),
+            mode: Mode::Masked,
+            needs_review: false,
+            review_reasons: Vec::new(),
+            cut_short: false,
+            text: String::new(),
+            mask_ns: Vec::new(),
+            decode_ms: 0.0,
+        };
+        score(&case, BenchMode::Masked, &ex, false)
+    }
+
+    #[test]
+    fn slot_measures_separate_false_fills_misses_and_placeholders() {
+        let gold = json!({"city": "Rome", "here": false, "n": null, "loc": {"state": "NY"}});
+        // city right, here false-filled (true where gold false), n false-filled with a
+        // number, state missed.
+        let r1 = record(
+            gold.clone(),
+            Some(json!({"city": "rome", "here": true, "n": 3, "loc": {"state": null}})),
+            VerdictKind::Valid,
+        );
+        assert_eq!(r1.gold_empty, 2);
+        assert_eq!(r1.slots["/city"], SlotOutcome::Hit);
+        assert_eq!(r1.slots["/here"], SlotOutcome::FalseFill);
+        assert_eq!(r1.slots["/n"], SlotOutcome::FalseFill);
+        assert_eq!(r1.slots["/loc/state"], SlotOutcome::Miss);
+        // The all-null answer: every empty gold field right, nothing filled.
+        let r2 = record(
+            gold.clone(),
+            Some(json!({"city": null, "here": false, "n": null, "loc": {"state": null}})),
+            VerdictKind::Valid,
+        );
+        // A placeholder (the field's title) and a wrong value.
+        let r3 = record(
+            gold.clone(),
+            Some(json!({"city": "City", "here": false, "n": null, "loc": {"state": "Ohio"}})),
+            VerdictKind::Valid,
+        );
+        assert_eq!(r3.placeholders, vec!["/city".to_string()]);
+        assert_eq!(r3.slots["/city"], SlotOutcome::Wrong);
+        // An invalid record fills nothing and is wrong everywhere.
+        let r4 = record(
+            gold,
+            Some(json!({"city": "Rome"})),
+            VerdictKind::SchemaInvalid,
+        );
+        assert_eq!(r4.fields_correct, 0);
+        assert_eq!(r4.slots["/city"], SlotOutcome::Miss);
+
+        let s = summarize(&[&r1]);
+        assert!((s.field_accuracy - 0.25).abs() < 1e-9);
+        assert!((s.null_baseline_accuracy - 0.5).abs() < 1e-9);
+        assert!(
+            (s.slot_precision - 1.0 / 3.0).abs() < 1e-9,
+            "{}",
+            s.slot_precision
+        );
+        assert!((s.slot_recall - 0.5).abs() < 1e-9);
+        assert!((s.slot_f1 - 0.4).abs() < 1e-9);
+        assert!((s.false_fill_rate - 1.0).abs() < 1e-9);
+        assert!((s.miss_rate - 0.5).abs() < 1e-9);
+        let s = summarize(&[&r2]);
+        assert!((s.field_accuracy - s.null_baseline_accuracy).abs() < 1e-9);
+        assert_eq!(s.slot_recall, 0.0);
+        assert!(s.slot_precision.is_nan());
+        assert_eq!(s.slot_f1, 0.0);
+        assert_eq!(s.false_fill_rate, 0.0);
+        let s = summarize(&[&r3, &r4]);
+        assert_eq!(s.placeholders, 1);
+        assert_eq!(s.per_field_slots["/city"].wrong, 1);
+        assert_eq!(s.per_field_slots["/city"].miss, 1);
+        assert_eq!(s.per_field_slots["/loc/state"].gold_filled(), 2);
+    }
+
+    #[test]
+    fn placeholders_are_no_answers_and_the_schemas_own_words() {
+        let t = placeholder_texts(&json!({"properties": {"sku_grezzo": {"title": "Sku Grezzo",
+            "description": "Il codice"}}}));
+        for p in [
+            "",
+            "n/a",
+            "unknown",
+            "sku grezzo",
+            "sku_grezzo",
+            "il codice",
+        ] {
+            assert!(t.contains(p), "{p}");
+        }
+        let found = find_placeholders(
+            &json!({"a": " Sku Grezzo ", "b": "SKU 11", "c": ["N/A", "x"], "d": {"e": ""}}),
+            &t,
+        );
+        assert_eq!(found, ["/a", "/c/0", "/d/e"]);
     }
 }

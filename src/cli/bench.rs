@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use crate::bench::{self, BenchConfig, BenchMode};
+use crate::engine::prompt::PromptStyle;
 use crate::engine::{Engine, ExtractOptions};
+use crate::examples::Pick;
 use crate::sampling::Sampling;
 
 #[derive(clap::Args, Debug)]
@@ -46,6 +48,20 @@ pub struct BenchArgs {
     /// Write report.json and index.html (with plots) into this folder.
     #[arg(long)]
     pub report: Option<PathBuf>,
+    /// How the schema is shown to the model (the mask enforces the JSON Schema either way).
+    #[arg(long, value_enum, default_value = "outline")]
+    pub prompt: PromptStyle,
+    /// Worked examples, JSONL: `{text, expected}` or dataset lines (a line whose
+    /// `schema` differs from a record's schema is not used for it). Each is checked
+    /// against the schema when loaded. The record being measured is never picked.
+    #[arg(long)]
+    pub examples: Option<PathBuf>,
+    /// Examples per record (with --examples).
+    #[arg(long, default_value_t = 3)]
+    pub shots: usize,
+    /// How the examples are picked: bm25 (most similar to the record) or first.
+    #[arg(long, value_enum, default_value = "bm25")]
+    pub pick: Pick,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -153,9 +169,13 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
             retries: a.retries,
             sampling: Sampling::from_args(a.temperature, None),
             seed: a.seed,
+            prompt: a.prompt,
             ..Default::default()
         },
         exact_strings: a.exact_strings,
+        examples: a.examples.clone(),
+        shots: a.shots,
+        pick: a.pick,
         dataset_name: dataset
             .file_name()
             .map(|f| f.to_string_lossy().into_owned())

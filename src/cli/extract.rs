@@ -11,7 +11,9 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::batch::{self, BatchOptions};
+use crate::engine::prompt::PromptStyle;
 use crate::engine::{Engine, ExtractOptions, Mode, Schema, VerdictKind};
+use crate::examples::Pick;
 use crate::sampling::Sampling;
 
 #[derive(clap::Args, Debug)]
@@ -81,6 +83,21 @@ pub struct ExtractArgs {
     /// Do not show batch progress.
     #[arg(long)]
     pub quiet: bool,
+    /// How the schema is shown to the model (the mask enforces the JSON Schema either way).
+    #[arg(long, value_enum, default_value = "outline")]
+    pub prompt: PromptStyle,
+    /// Worked examples, JSONL: `{text, expected}` per line (or dataset lines; a line
+    /// whose `schema` differs from --schema is skipped). Each `expected` is checked
+    /// against the schema; a bad one is an error naming its line. They are shown as
+    /// earlier turns of the conversation.
+    #[arg(long)]
+    pub examples: Option<PathBuf>,
+    /// Use K of the examples (default: all), picked with --pick.
+    #[arg(long)]
+    pub shots: Option<usize>,
+    /// bm25: the K most similar to the document; first: the first K of the file.
+    #[arg(long, value_enum, default_value = "bm25")]
+    pub pick: Pick,
 }
 
 pub fn read_schema(path: &Path) -> anyhow::Result<serde_json::Value> {
@@ -116,6 +133,19 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
             .grammar()
             .map_err(|e| anyhow::anyhow!("schema {}: {e}", a.schema.display()))?;
     }
+    let pool = match &a.examples {
+        Some(p) => {
+            let pool = crate::examples::load(p, &schema.value, &schema.validator)?;
+            anyhow::ensure!(
+                !pool.is_empty(),
+                "examples {}: no example for this schema",
+                p.display()
+            );
+            pool
+        }
+        None => Vec::new(),
+    };
+    let shots = a.shots.unwrap_or(pool.len());
     let document = match (&a.input, &a.jsonl) {
         (Some(i), _) => Some(read_input(i)?),
         (None, None) => anyhow::bail!("give a document with --input FILE (or - for stdin), or a batch with --jsonl IN --out OUT"),
@@ -143,9 +173,15 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
         timeout: a.timeout.map(Duration::from_secs_f64),
         jump_forward: !a.no_jump_forward,
         review_fields: a.review_fields.clone(),
+        prompt: a.prompt,
+        examples: Vec::new(),
     };
 
     if let Some(doc) = document {
+        let opts = ExtractOptions {
+            examples: crate::examples::pick(&pool, &doc, None, shots, a.pick),
+            ..opts
+        };
         let ex = engine.extract(&mut schema, &doc, &opts);
         if a.json {
             println!("{}", serde_json::to_string(&ex)?);
@@ -193,6 +229,9 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
         log: a.log.clone(),
         log_content: a.log_content,
         progress: !a.quiet,
+        examples: pool,
+        shots,
+        pick: a.pick,
     };
     engine.reuse_prefix = !a.no_prefix_reuse;
     let summary = batch::run(&mut engine, &mut schema, &opts, &bopts, interrupted)?;

@@ -120,6 +120,10 @@ pub struct ExtractOptions {
     pub jump_forward: bool,
     /// JSON Pointers whose non-empty value marks a record for review.
     pub review_fields: Vec<String>,
+    /// How the schema is shown to the model (the mask enforces the JSON Schema either way).
+    pub prompt: prompt::PromptStyle,
+    /// Worked examples, rendered as prior user/assistant turns before the document.
+    pub examples: Vec<prompt::Example>,
 }
 
 impl Default for ExtractOptions {
@@ -134,6 +138,8 @@ impl Default for ExtractOptions {
             timeout: None,
             jump_forward: true,
             review_fields: Vec::new(),
+            prompt: prompt::PromptStyle::default(),
+            examples: Vec::new(),
         }
     }
 }
@@ -300,11 +306,15 @@ impl Engine {
 
     /// The number of leading tokens of `ids` that every document of this schema
     /// shares: the longest common prefix with the same prompt for two dummy documents.
-    fn shared_prefix_len(&self, system: &str, ids: &[u32]) -> anyhow::Result<usize> {
+    fn shared_prefix_len(
+        &self,
+        system: &str,
+        examples: &[prompt::Example],
+        ids: &[u32],
+    ) -> anyhow::Result<usize> {
         let mut k = ids.len();
         for dummy in ["A", "Z z"] {
-            let other =
-                self.prompt_tokens(&[prompt::msg("system", system), prompt::msg("user", dummy)])?;
+            let other = self.prompt_tokens(&prompt::conversation(system, examples, dummy))?;
             k = k.min(ids.iter().zip(&other).take_while(|(a, b)| a == b).count());
         }
         Ok(k)
@@ -353,13 +363,11 @@ impl Engine {
     ) -> anyhow::Result<()> {
         let started = Instant::now();
         let grammar = schema.grammar()?;
-        let system = prompt::system_message(&schema.value, opts.instructions.as_deref());
-        let messages = [
-            prompt::msg("system", system.clone()),
-            prompt::msg("user", document),
-        ];
+        let system =
+            prompt::system_message(&schema.value, opts.prompt, opts.instructions.as_deref());
+        let messages = prompt::conversation(&system, &opts.examples, document);
         let ids = self.prompt_tokens(&messages)?;
-        let shared = self.shared_prefix_len(&system, &ids)?;
+        let shared = self.shared_prefix_len(&system, &opts.examples, &ids)?;
         ex.tokens_prompt = ids.len();
         ex.attempts = 1;
         let logits = self.prefill(&ids, shared)?;
@@ -388,11 +396,9 @@ impl Engine {
         ex: &mut Extraction,
     ) -> anyhow::Result<()> {
         let started = Instant::now();
-        let system = prompt::system_message(&schema.value, opts.instructions.as_deref());
-        let mut messages = vec![
-            prompt::msg("system", system.clone()),
-            prompt::msg("user", document),
-        ];
+        let system =
+            prompt::system_message(&schema.value, opts.prompt, opts.instructions.as_deref());
+        let mut messages = prompt::conversation(&system, &opts.examples, document);
         let mut sampler = Sampler::new(opts.sampling.clone(), opts.seed);
         // The KV state right after the previous attempt's prompt: a retry's prompt
         // is that prompt plus the answer and the error message, so only those are fed.
@@ -413,7 +419,7 @@ impl Engine {
                     self.loaded.model.forward(&ids[n..], n)?
                 }
                 _ => {
-                    let shared = self.shared_prefix_len(&system, &ids)?;
+                    let shared = self.shared_prefix_len(&system, &opts.examples, &ids)?;
                     self.prefill(&ids, shared)?
                 }
             };
