@@ -76,6 +76,7 @@ fn bench_report_renders_in_a_browser() {
     let dataset = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/snips_sample.jsonl");
     let out = Command::new(env!("CARGO_BIN_EXE_formwork"))
         .env("FORMWORK_HOME", &home)
+        .env("FORMWORK_MODEL", "smollm2-135m")
         .env("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0")
         .args([
             "bench",
@@ -109,6 +110,19 @@ fn bench_report_renders_in_a_browser() {
     // Masked decoding is valid by construction.
     assert_eq!(masked["schema_valid_rate"], 1.0, "{masked}");
     assert!(report["overall"]["free"]["attempts_mean"].as_f64().unwrap() >= 1.0);
+    // Valid is not right: the all-null baseline and the slot measures sit beside the
+    // accuracy, computed from the gold of these three records (23 of their 32 leaf
+    // fields are null or false).
+    for mode in ["masked", "free"] {
+        let x = &report["overall"][mode];
+        let base = x["null_baseline_accuracy"].as_f64().unwrap();
+        assert!((base - 23.0 / 32.0).abs() < 1e-9, "{mode}: {x}");
+        for k in ["slot_precision", "slot_recall", "slot_f1", "false_fill_rate", "miss_rate"] {
+            assert!(x.get(k).is_some(), "{mode} lacks {k}: {x}");
+        }
+        assert!(x["per_field_slots"]["/object_name"]["hit"].is_u64(), "{x}");
+    }
+    assert!(stdout.contains("all-null") && stdout.contains("slot F1"), "{stdout}");
 
     let html = dir.join("index.html");
     let Some(bin) = chromium() else {
@@ -119,7 +133,7 @@ fn bench_report_renders_in_a_browser() {
         return;
     };
     let profile = dir.join("chromium-profile");
-    // The DOM the browser built: four figures, each an <svg> with its caption.
+    // The DOM the browser built: six figures, each an <svg> with its caption.
     let dom = browser(&bin, &profile)
         .arg("--dump-dom")
         .arg(format!("file://{}", html.display()))
@@ -131,9 +145,11 @@ fn bench_report_renders_in_a_browser() {
         "{}",
         String::from_utf8_lossy(&dom.stderr)
     );
-    assert_eq!(dom_text.matches("<svg").count(), 4, "{dom_text}");
+    assert_eq!(dom_text.matches("<svg").count(), 6, "{dom_text}");
     for caption in [
         "Validity and accuracy by mode",
+        "Slot F1 and false fills by mode (all-null answer beside)",
+        "Slot F1 and false fills per schema, by mode",
         "Per-field accuracy by mode",
         "Latency per record",
         "Tokens per record",

@@ -4,7 +4,8 @@ use std::process::Command;
 
 fn formwork() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_formwork"));
-    c.env("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0");
+    c.env("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0")
+        .env("FORMWORK_MODEL", "smollm2-135m");
     c
 }
 

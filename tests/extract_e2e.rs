@@ -16,7 +16,9 @@ fn home() -> Option<PathBuf> {
 
 fn formwork(home: &PathBuf) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_formwork"));
+    // The tests keep the small model for speed, whatever the default is.
     c.env("FORMWORK_HOME", home)
+        .env("FORMWORK_MODEL", "smollm2-135m")
         .env("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0");
     c
 }
@@ -327,4 +329,71 @@ fn batch_resumes_without_duplicates_or_loss() {
     );
     assert_eq!(std::fs::read_to_string(&out).unwrap(), text);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A worked example that does not fit the schema is an error naming its file and line,
+/// before any model is loaded (so this runs without one).
+#[test]
+fn a_bad_worked_example_is_an_error_naming_its_line() {
+    let dir = std::env::temp_dir().join(format!("formwork-bad-examples-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("ex.jsonl");
+    let good = std::fs::read_to_string(examples().join("vacation.examples.jsonl")).unwrap();
+    let first = good.lines().next().unwrap();
+    std::fs::write(
+        &file,
+        format!(
+            "{first}\n\n{}\n",
+            r#"{"text": "x", "expected": {"status": "maybe", "start_date": null, "end_date": null, "clarification_question": null}}"#
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_formwork"))
+        .env("FORMWORK_HOME", &dir)
+        .args(["extract", "--schema"])
+        .arg(examples().join("vacation.schema.json"))
+        .arg("--input")
+        .arg(examples().join("vacation_request.txt"))
+        .arg("--examples")
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.contains("ex.jsonl:3") && stderr.contains("does not fit the schema") && stderr.contains("status"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// With worked examples (shown as earlier turns), masked extraction stays valid and
+/// the prompt grows by the examples.
+#[test]
+fn worked_examples_are_prior_turns_of_the_prompt() {
+    let Some(home) = home() else { return };
+    let run = |with: bool| {
+        let mut c = formwork(&home);
+        c.args(["extract", "--json", "--max-tokens", "96", "--schema"])
+            .arg(examples().join("vacation.schema.json"))
+            .arg("--input")
+            .arg(examples().join("vacation_request.txt"));
+        if with {
+            c.arg("--examples").arg(examples().join("vacation.examples.jsonl"));
+        }
+        let out = c.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let env: Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+        env
+    };
+    let plain = run(false);
+    let shots = run(true);
+    assert_eq!(shots["verdict"], "valid", "{shots}");
+    let (a, b) = (
+        plain["tokens_prompt"].as_u64().unwrap(),
+        shots["tokens_prompt"].as_u64().unwrap(),
+    );
+    assert!(b > a + 100, "three examples add their tokens: {a} -> {b}");
 }

@@ -23,7 +23,7 @@ pub struct BenchArgs {
     /// Comma-separated: masked, free, masked-nojf (masked without jump-forward).
     #[arg(long, default_value = "masked,free", value_delimiter = ',')]
     pub modes: Vec<BenchMode>,
-    #[arg(long, default_value = "smollm2-135m")]
+    #[arg(long, env = "FORMWORK_MODEL", default_value = formwork_models::registry::DEFAULT_MODEL)]
     pub model: String,
     #[arg(long, default_value = "auto")]
     pub device: String,
@@ -76,7 +76,7 @@ pub enum BenchWhat {
 pub struct MasksArgs {
     /// Whose tokenizer: a registry name, a .gguf path or a Hugging Face repo id (only the
     /// GGUF metadata is read, not the weights).
-    #[arg(long, default_value = "smollm2-135m")]
+    #[arg(long, env = "FORMWORK_MODEL", default_value = formwork_models::registry::DEFAULT_MODEL)]
     pub model: String,
     /// A folder of JSON Schemas, searched one level of subfolders deep
     /// (default: ../shared/data/jsonschemabench).

@@ -34,7 +34,7 @@ pub struct ExtractArgs {
     #[arg(long)]
     pub instructions: Option<String>,
     /// Registry name, path to a .gguf file, or a Hugging Face repo id.
-    #[arg(long, default_value = "smollm2-135m")]
+    #[arg(long, env = "FORMWORK_MODEL", default_value = formwork_models::registry::DEFAULT_MODEL)]
     pub model: String,
     /// auto, cpu, cuda or metal.
     #[arg(long, default_value = "auto")]

@@ -27,7 +27,7 @@ pub struct GenerateArgs {
     pub system: Option<String>,
     /// A registry name (see `formwork models list`), a path to a .gguf file, or a Hugging
     /// Face repo id (`org/name` or `org/name:FILE.gguf`) already in the local hf-hub cache.
-    #[arg(long, default_value = DEFAULT_MODEL)]
+    #[arg(long, env = "FORMWORK_MODEL", default_value = DEFAULT_MODEL)]
     pub model: String,
     /// The most tokens to generate.
     #[arg(long, default_value_t = 256)]

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Rescore an old `formwork bench` report.json (from before the slot measures) with the
+measures the bench now computes: the all-null baseline, slot precision/recall/F1, false
+fills and misses, per mode. Same rules as src/bench/mod.rs: empty = null, absent or
+false; strings compared trimmed and lowercased; a record that does not conform fills
+nothing. Usage: scripts/rescore_report.py DATASET.jsonl REPORT.json"""
+import json
+import sys
+
+def leaves(v, p=""):
+    if isinstance(v, dict) and v:
+        for k, x in v.items():
+            yield from leaves(x, p + "/" + k.replace("~", "~0").replace("/", "~1"))
+    else:
+        yield p, v
+
+def get(v, ptr):
+    for part in ptr.split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if not isinstance(v, dict) or part not in v:
+            return None
+        v = v[part]
+    return v
+
+def empty(v):
+    return v is None or v is False
+
+def equal(a, b):
+    if isinstance(a, str) and isinstance(b, str):
+        return a.strip().lower() == b.strip().lower()
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return float(a) == float(b)
+    return a == b
+
+gold = {}
+for line in open(sys.argv[1]):
+    if line.strip():
+        d = json.loads(line)
+        gold[d["id"]] = d["expected"]
+report = json.load(open(sys.argv[2]))
+modes = {}
+for r in report["records"]:
+    m = modes.setdefault(r["mode"], dict(n=0, total=0, right=0, gold_empty=0, hit=0, wrong=0, ff=0, miss=0, emp=0))
+    m["n"] += 1
+    conforming = r["verdict"] in ("valid", "semantic_invalid")
+    value = r["value"] if conforming else None
+    for ptr, g in leaves(gold[r["id"]]):
+        p = get(value, ptr) if value is not None else None
+        m["total"] += 1
+        m["right"] += r["field_hits"].get(ptr, False)
+        m["gold_empty"] += empty(g)
+        if empty(g) and empty(p):
+            m["emp"] += 1
+        elif empty(g):
+            m["ff"] += 1
+        elif empty(p):
+            m["miss"] += 1
+        elif equal(p, g):
+            m["hit"] += 1
+        else:
+            m["wrong"] += 1
+print("| mode | records | field acc. | all-null | slot P | slot R | slot F1 | false fills | misses |")
+print("|---|---|---|---|---|---|---|---|---|")
+for mode, m in modes.items():
+    pred = m["hit"] + m["wrong"] + m["ff"]
+    goldf = m["hit"] + m["wrong"] + m["miss"]
+    P = m["hit"] / pred if pred else float("nan")
+    R = m["hit"] / goldf if goldf else float("nan")
+    F = 2 * m["hit"] / (pred + goldf) if pred + goldf else float("nan")
+    print(f"| {mode} | {m['n']} | {100*m['right']/m['total']:.1f}% | {100*m['gold_empty']/m['total']:.1f}% | "
+          f"{P:.2f} | {R:.2f} | {F:.2f} | {100*m['ff']/(m['ff']+m['emp']):.1f}% | {100*m['miss']/goldf:.1f}% |")
