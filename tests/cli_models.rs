@@ -42,6 +42,7 @@ fn list_shows_the_default_model_present() {
         "{line}"
     );
     assert!(text.contains("gemma3-270m"), "{text}");
+    assert!(text.contains("qwen2.5-coder-0.5b"), "{text}");
 }
 
 #[test]
@@ -54,7 +55,7 @@ fn list_on_an_empty_cache_shows_absent_models() {
         .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    for name in ["smollm2-135m", "gemma3-270m"] {
+    for name in ["smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b"] {
         let line = text.lines().find(|l| l.starts_with(name)).expect(&text);
         assert!(
             line.contains(&format!("absent (run `formwork models fetch {name}`)")),

@@ -200,16 +200,22 @@ impl Default for Options {
     }
 }
 
-/// cos/sin tables of NeoX-style RoPE, `[positions, head_dim / 2]`.
+/// cos/sin tables of NeoX-style RoPE, `[positions, head_dim / 2]` (shared with `qwen2`).
 #[derive(Debug, Clone)]
-struct Rope {
+pub(crate) struct Rope {
     inv_freq: Arc<Vec<f32>>,
     cos: Tensor,
     sin: Tensor,
 }
 
 impl Rope {
-    fn new(head_dim: usize, base: f32, scale: f32, len: usize, device: &Device) -> Result<Self> {
+    pub(crate) fn new(
+        head_dim: usize,
+        base: f32,
+        scale: f32,
+        len: usize,
+        device: &Device,
+    ) -> Result<Self> {
         let inv_freq: Vec<f32> = (0..head_dim)
             .step_by(2)
             .map(|i| 1.0 / base.powf(i as f32 / head_dim as f32) / scale)
@@ -223,11 +229,11 @@ impl Rope {
         Ok(rope)
     }
 
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.cos.dim(0).unwrap_or(0)
     }
 
-    fn build(&mut self, len: usize, device: &Device) -> Result<()> {
+    pub(crate) fn build(&mut self, len: usize, device: &Device) -> Result<()> {
         let half = self.inv_freq.len();
         let mut cos = Vec::with_capacity(len * half);
         let mut sin = Vec::with_capacity(len * half);
@@ -244,7 +250,7 @@ impl Rope {
     }
 
     /// Applies RoPE to `x` `[batch, seq, heads, head_dim]` at positions `pos..pos+seq`.
-    fn apply(&self, x: &Tensor, pos: usize) -> Result<Tensor> {
+    pub(crate) fn apply(&self, x: &Tensor, pos: usize) -> Result<Tensor> {
         let seq = x.dim(1)?;
         let cos = self.cos.narrow(0, pos, seq)?;
         let sin = self.sin.narrow(0, pos, seq)?;
@@ -289,12 +295,14 @@ pub struct ModelWeights {
     device: Device,
 }
 
-fn load_qtensor<R: std::io::Seek + std::io::Read>(
+/// A tensor as stored, or requantised to Q8_0 on the CPU when `requantize` and candle has no
+/// SIMD kernel for its type (shared with `qwen2`).
+pub(crate) fn load_qtensor<R: std::io::Seek + std::io::Read>(
     ct: &gguf_file::Content,
     reader: &mut R,
     name: &str,
     device: &Device,
-    opts: &Options,
+    requantize: bool,
 ) -> Result<QTensor> {
     let t = ct
         .tensor(reader, name, device)
@@ -303,22 +311,25 @@ fn load_qtensor<R: std::io::Seek + std::io::Read>(
         t.dtype(),
         GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1
     );
-    if opts.requantize && device.is_cpu() && slow_on_cpu {
+    if requantize && device.is_cpu() && slow_on_cpu {
         let f = t.dequantize(device)?;
         return QTensor::quantize(&f, GgmlDType::Q8_0);
     }
     Ok(t)
 }
 
-fn load_matmul<R: std::io::Seek + std::io::Read>(
+/// A weight matrix of shape `(out, in)`; dequantised to f32 when `dequantize` (shared with `qwen2`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn load_matmul<R: std::io::Seek + std::io::Read>(
     ct: &gguf_file::Content,
     reader: &mut R,
     name: &str,
     shape: (usize, usize),
     device: &Device,
-    opts: &Options,
+    requantize: bool,
+    dequantize: bool,
 ) -> Result<QMatMul> {
-    let t = load_qtensor(ct, reader, name, device, opts)?;
+    let t = load_qtensor(ct, reader, name, device, requantize)?;
     if t.shape().dims() != [shape.0, shape.1] {
         candle_core::bail!(
             "GGUF tensor `{name}`: shape {:?}, the metadata implies [{}, {}] (out, in)",
@@ -327,13 +338,13 @@ fn load_matmul<R: std::io::Seek + std::io::Read>(
             shape.1
         );
     }
-    if opts.dequantize {
+    if dequantize {
         return Ok(QMatMul::Tensor(t.dequantize(device)?));
     }
     QMatMul::from_qtensor(t)
 }
 
-fn load_norm<R: std::io::Seek + std::io::Read>(
+pub(crate) fn load_norm<R: std::io::Seek + std::io::Read>(
     ct: &gguf_file::Content,
     reader: &mut R,
     name: &str,
@@ -355,7 +366,7 @@ fn load_norm<R: std::io::Seek + std::io::Read>(
 
 /// Additive attention mask `[seq, kv_len]` for queries at `pos..pos+seq` and keys
 /// at `kv_start..kv_start+kv_len`: 0 where the key is visible, -inf elsewhere.
-fn attention_mask(
+pub(crate) fn attention_mask(
     seq: usize,
     pos: usize,
     kv_start: usize,
@@ -409,7 +420,7 @@ impl ModelWeights {
             reader,
             "token_embd.weight",
             device,
-            opts,
+            opts.requantize,
         )?);
         if embed.shape().dims() != [cfg.vocab_size, hidden] {
             candle_core::bail!(
@@ -425,7 +436,8 @@ impl ModelWeights {
                 "output.weight",
                 (cfg.vocab_size, hidden),
                 device,
-                opts,
+                opts.requantize,
+                opts.dequantize,
             )?
         } else if opts.dequantize {
             QMatMul::Tensor(embed.dequantize(device)?)
@@ -438,7 +450,15 @@ impl ModelWeights {
         for i in 0..cfg.num_hidden_layers {
             let p = format!("blk.{i}");
             let mm = |r: &mut R, name: &str, shape| {
-                load_matmul(&ct, r, &format!("{p}.{name}.weight"), shape, device, opts)
+                load_matmul(
+                    &ct,
+                    r,
+                    &format!("{p}.{name}.weight"),
+                    shape,
+                    device,
+                    opts.requantize,
+                    opts.dequantize,
+                )
             };
             let attn_q = mm(reader, "attn_q", (q_dim, hidden))?;
             let attn_k = mm(reader, "attn_k", (kv_dim, hidden))?;

@@ -10,6 +10,7 @@ pub mod error;
 pub mod gemma3;
 pub mod llama;
 pub mod quant;
+pub mod qwen2;
 pub mod registry;
 pub mod runtime;
 pub mod tokenizer;

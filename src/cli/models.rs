@@ -54,7 +54,9 @@ fn list() -> anyhow::Result<ExitCode> {
         "model cache: {}",
         registry::formwork_home().join("models").display()
     );
-    for entry in registry::list() {
+    let entries = registry::list();
+    let width = entries.iter().map(|e| e.info.name.len()).max().unwrap_or(0);
+    for entry in entries {
         let state = match entry.presence {
             Presence::Verified => "present".to_string(),
             Presence::Unverified => "present (sha256 not yet checked)".to_string(),
@@ -70,11 +72,12 @@ fn list() -> anyhow::Result<ExitCode> {
             ""
         };
         println!(
-            "{:<14} {:>7.1} MB  {}{}\n               {}  {}",
+            "{:<width$} {:>7.1} MB  {}{}\n{:width$} {}  {}",
             entry.info.name,
             entry.info.size as f64 / 1e6,
             state,
             default,
+            "",
             entry.info.description,
             entry.path.display()
         );
