@@ -570,3 +570,172 @@ fn if_then_else_and_general_not() {
         &["3", "5"],
     );
 }
+
+/// Pydantic's `Annotated[A | B | C, Field(discriminator="kind")]`, with `defs` for the
+/// branches and `disc` for the discriminator object.
+fn tagged(defs: Value, disc: Value) -> Value {
+    let names: Vec<String> = defs.as_object().unwrap().keys().cloned().collect();
+    let refs: Vec<Value> = names
+        .iter()
+        .map(|n| json!({"$ref": format!("#/$defs/{n}")}))
+        .collect();
+    json!({"$defs": defs, "oneOf": refs, "discriminator": disc})
+}
+
+fn obj(props: Value, req: &[&str]) -> Value {
+    json!({"type": "object", "properties": props, "required": req})
+}
+
+fn refusal(schema: Value) -> (String, String, String) {
+    match err(schema) {
+        CompileError::Unsupported {
+            keyword,
+            pointer,
+            why,
+        } => (keyword, pointer, why),
+        e => panic!("{e}"),
+    }
+}
+
+#[test]
+fn discriminator_on_disjoint_tags() {
+    let defs = json!({
+        "A": obj(json!({"kind": {"const": "a"}, "x": {"type": "integer"}}), &["kind", "x"]),
+        "B": obj(json!({"kind": {"enum": ["b", "bb"]}, "x": {"type": "string"}}), &["kind", "x"]),
+    });
+    let map = json!({"a": "#/$defs/A", "b": "#/$defs/B", "bb": "#/$defs/B"});
+    check(
+        tagged(
+            defs.clone(),
+            json!({"propertyName": "kind", "mapping": map}),
+        ),
+        &[r#"{"kind":"a","x":1}"#, r#"{"kind":"bb","x":"s"}"#],
+        &[
+            r#"{"kind":"a","x":"s"}"#,
+            r#"{"kind":"c","x":1}"#,
+            r#"{"x":1}"#,
+        ],
+    );
+    check(
+        tagged(defs, json!({"propertyName": "kind"})),
+        &[r#"{"kind":"b","x":"s"}"#],
+        &[r#"{"kind":"b","x":1}"#],
+    );
+    // Inline branches and an `anyOf`; the tag pinned through a `$ref`.
+    check(
+        json!({"$defs": {"T": {"const": 2}}, "discriminator": {"propertyName": "t"}, "anyOf": [
+            obj(json!({"t": {"const": 1}}), &["t"]),
+            obj(json!({"t": {"$ref": "#/$defs/T"}, "y": {"type": "null"}}), &["t", "y"]),
+        ]}),
+        &[r#"{"t":1}"#, r#"{"t":2,"y":null}"#],
+        &[r#"{"t":2}"#, r#"{"t":3}"#],
+    );
+}
+
+/// A tag with a default (`kind: Literal["a"] = "a"`) is not `required`, so `{"x":1}`
+/// matches both branches and the generic oneOf check refuses the schema; the
+/// discriminator proves the branches disjoint once the tag is required, as Pydantic and
+/// OpenAPI read it (Pydantic: "Unable to extract tag using discriminator").
+#[test]
+fn discriminator_requires_a_defaulted_tag() {
+    let defs = json!({
+        "A": obj(json!({"kind": {"const": "a", "default": "a"}, "x": {"type": "integer"}}), &["x"]),
+        "B": obj(json!({"kind": {"const": "b", "default": "b"}, "x": {"type": "integer"}}), &["x"]),
+    });
+    let mut plain = tagged(defs.clone(), json!({}));
+    plain.as_object_mut().unwrap().remove("discriminator");
+    let (kw, ptr, why) = refusal(plain);
+    assert_eq!((kw.as_str(), ptr.as_str()), ("oneOf", "/oneOf"), "{why}");
+    let map = json!({"a": "#/$defs/A", "b": "#/$defs/B"});
+    check(
+        tagged(defs, json!({"propertyName": "kind", "mapping": map})),
+        &[r#"{"kind":"a","x":1}"#, r#"{"kind":"b","x":1}"#],
+        &[r#"{"x":1}"#, r#"{"kind":"c","x":1}"#],
+    );
+}
+
+#[test]
+fn discriminator_refusals_name_the_branch() {
+    let a = obj(json!({"kind": {"const": "a"}}), &["kind"]);
+    let cases = [
+        (
+            tagged(
+                json!({"A": a, "B": obj(json!({"kind": {"type": "string"}}), &["kind"])}),
+                json!({"propertyName": "kind"}),
+            ),
+            r#"branch 1 (#/$defs/B) does not pin "kind" to a literal (const or enum)"#,
+        ),
+        (
+            tagged(
+                json!({"A": a, "B": obj(json!({"other": {"const": "b"}}), &["other"])}),
+                json!({"propertyName": "kind"}),
+            ),
+            r#"branch 1 (#/$defs/B) does not pin "kind" to a literal (const or enum)"#,
+        ),
+        (
+            tagged(
+                json!({"A": a, "B": obj(json!({"kind": {"enum": ["b", "a"]}}), &["kind"])}),
+                json!({"propertyName": "kind"}),
+            ),
+            r#"branch 0 (#/$defs/A) and branch 1 (#/$defs/B) both pin "kind" to "a""#,
+        ),
+        (
+            tagged(
+                json!({"A": a, "B": {"properties": {"kind": {"const": "b"}}, "required": ["kind"]}}),
+                json!({"propertyName": "kind"}),
+            ),
+            "branch 1 (#/$defs/B) admits values that are not objects",
+        ),
+        (
+            tagged(
+                json!({"A": a, "B": obj(json!({"kind": {"const": "b"}}), &["kind"])}),
+                json!({"propertyName": "kind", "mapping": {"a": "#/$defs/B", "b": "#/$defs/B"}}),
+            ),
+            r#"mapping "a" names branch 1 (#/$defs/B), which does not pin "kind" to "a""#,
+        ),
+        (
+            tagged(
+                json!({"A": a, "B": obj(json!({"kind": {"enum": ["b", "c"]}}), &["kind"])}),
+                json!({"propertyName": "kind", "mapping": {"a": "#/$defs/A", "b": "#/$defs/B"}}),
+            ),
+            r#"branch 1 (#/$defs/B) pins "kind" to "c", which mapping does not list"#,
+        ),
+        (
+            json!({"$defs": {"A": a, "Z": {}}, "oneOf": [{"$ref": "#/$defs/A"}],
+                   "discriminator": {"propertyName": "kind", "mapping": {"a": "#/$defs/Z"}}}),
+            r#"mapping "a" names #/$defs/Z, which is no branch of the oneOf"#,
+        ),
+        (
+            json!({"type": "object", "discriminator": {"propertyName": "kind"}}),
+            "no sibling oneOf or anyOf to discriminate",
+        ),
+    ];
+    for (s, want) in cases {
+        let (kw, ptr, why) = refusal(s.clone());
+        assert_eq!(kw, "discriminator", "{s}");
+        assert_eq!(ptr, "/discriminator", "{s}");
+        assert_eq!(why, want, "{s}");
+    }
+    // Nested: the pointer is the discriminator's own.
+    let s = json!({"type": "object", "properties": {"p": {"oneOf": [
+        obj(json!({"k": {"const": 1}}), &["k"]),
+        obj(json!({"k": {"const": 1.0}}), &["k"]),
+    ], "discriminator": {"propertyName": "k"}}}});
+    let (_, ptr, why) = refusal(s.clone());
+    assert_eq!(ptr, "/properties/p/discriminator");
+    assert!(why.contains("both pin \"k\" to 1"), "{why}");
+    // Lenient: recorded, and the oneOf is read without it.
+    let a = compile(
+        &s,
+        &Config {
+            lenient: true,
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    let kws: Vec<&str> = a.relaxed().iter().map(|r| r.keyword.as_str()).collect();
+    assert_eq!(kws, ["discriminator", "oneOf"]);
+    // Malformed: invalid at the field.
+    let e = err(json!({"oneOf": [], "discriminator": {"propertyName": 3}})).to_string();
+    assert!(e.contains("/discriminator/propertyName"), "{e}");
+}
