@@ -739,3 +739,39 @@ fn discriminator_refusals_name_the_branch() {
     let e = err(json!({"oneOf": [], "discriminator": {"propertyName": 3}})).to_string();
     assert!(e.contains("/discriminator/propertyName"), "{e}");
 }
+
+/// A leading negative look-ahead, `^(?!X)Y`, is `Y` without the strings `X` starts:
+/// Pydantic's `Decimal` pattern (before it, refused as look-around).
+#[test]
+fn pattern_with_leading_negative_lookahead() {
+    check(
+        json!({"type": "string", "pattern": "^(?!^[-+.]*$)[+-]?0*\\d*\\.?\\d*$"}),
+        &[
+            r#""1.5""#,
+            r#""-0.5""#,
+            r#""+3""#,
+            r#""007""#,
+            r#""1.""#,
+            r#"".5""#,
+        ],
+        &[
+            r#""""#,
+            r#""-""#,
+            r#""+.""#,
+            r#"".""#,
+            r#""-.""#,
+            r#""1.2.3""#,
+            r#""1a""#,
+        ],
+    );
+    // Not anchored at the end: no string that starts with `ab`.
+    check(
+        json!({"type": "string", "pattern": "^(?!ab)[a-z]+$"}),
+        &[r#""ac""#, r#""b""#, r#""a""#],
+        &[r#""ab""#, r#""abc""#, r#""""#],
+    );
+    for p in ["^(?!a)b|c", "^a(?!b)", "(?!a)b", "^(?<!a)b", "^(?!a"] {
+        let (kw, _, why) = refusal(json!({"type": "string", "pattern": p}));
+        assert_eq!(kw, "pattern", "{p}: {why}");
+    }
+}

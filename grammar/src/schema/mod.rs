@@ -713,8 +713,12 @@ impl<'a> Builder<'a> {
                     let s = x
                         .as_str()
                         .ok_or_else(|| Self::invalid(&kp, "not a string"))?;
-                    match pattern::search_regex(s) {
-                        Ok(r) => base.pats.push((r, format!("pattern {s:?}"), false)),
+                    match pattern::search_regexes(s) {
+                        Ok(rs) => {
+                            for r in rs {
+                                base.pats.push((r, format!("pattern {s:?}"), false));
+                            }
+                        }
                         Err(e) => self.unsupported(k, &kp, &format!("pattern {s:?}: {e}"))?,
                     }
                 }
@@ -1869,8 +1873,15 @@ impl<'a> Builder<'a> {
             }
         };
         let mut acc: Option<Dfa> = None;
-        for r in &key {
-            let d = match Dfa::from_regex(r, lim, &dl) {
+        // Complements last: an intersection with them stays inside the others' strings.
+        let mut order: Vec<&String> = key.iter().collect();
+        order.sort_by_key(|r| r.starts_with(pattern::NOT));
+        for r in order {
+            let d = match r.strip_prefix(pattern::NOT) {
+                Some(r) => Dfa::from_regex(r, lim, &dl).map(|d| d.complement()),
+                None => Dfa::from_regex(r, lim, &dl),
+            };
+            let d = match d {
                 Ok(d) => d,
                 Err(e) => return stop(e),
             };

@@ -247,6 +247,46 @@ pub fn search_regex(p: &str) -> Result<String, String> {
     Ok(format!("^(?s:.)*?(?:{body})(?s:.)*$"))
 }
 
+/// Marks a regex in [`search_regexes`]' answer whose *complement* is meant.
+pub const NOT: char = '!';
+
+/// [`search_regex`], and for a pattern that opens with a negative look-ahead at its
+/// anchor, `^(?!X)Y` (Pydantic's `Decimal`: `^(?!^[-+.]*$)[+-]?0*\d*\.?\d*$`), the
+/// two regexes whose intersection it is: `^Y` as a search, and [`NOT`] before `^X` as a
+/// search (the strings where the look-ahead would match). `Y` may not hold a `|` (it
+/// would bind looser than the look-ahead); `X` and `Y` are translated as any pattern.
+pub fn search_regexes(p: &str) -> Result<Vec<String>, String> {
+    let Some(after) = p.strip_prefix("^(?!") else {
+        return Ok(vec![search_regex(p)?]);
+    };
+    let cs: Vec<char> = after.chars().collect();
+    let (mut depth, mut i, mut in_class) = (0usize, 0usize, false);
+    let close = loop {
+        let Some(&c) = cs.get(i) else {
+            return Err("unclosed look-ahead".into());
+        };
+        match c {
+            '\\' => i += 1,
+            '[' => in_class = true,
+            ']' => in_class = false,
+            '(' if !in_class => depth += 1,
+            ')' if !in_class && depth == 0 => break i,
+            ')' if !in_class => depth -= 1,
+            _ => {}
+        }
+        i += 1;
+    };
+    let x: String = cs[..close].iter().collect();
+    let y: String = cs[close + 1..].iter().collect();
+    if y.contains('|') {
+        return Err("look-around or group flag".into());
+    }
+    Ok(vec![
+        search_regex(&format!("^(?:{y})"))?,
+        format!("{NOT}{}", search_regex(&format!("^(?:{x})"))?),
+    ])
+}
+
 const H16: &str = "[0-9a-fA-F]{1,4}";
 const LABEL: &str = "[A-Za-z0-9]{1,20}(?:-[A-Za-z0-9]{1,20}){0,2}";
 
