@@ -744,7 +744,7 @@ fn discriminator_refusals_name_the_branch() {
     assert_eq!(ptr, "/properties/p/discriminator");
     assert!(why.contains("both pin \"k\" to 1"), "{why}");
     // Lenient: recorded, and the oneOf is read without it.
-    let a = compile(
+    let lenient = compile(
         &s,
         &Config {
             lenient: true,
@@ -752,8 +752,30 @@ fn discriminator_refusals_name_the_branch() {
         },
     )
     .unwrap();
-    let kws: Vec<&str> = a.relaxed().iter().map(|r| r.keyword.as_str()).collect();
+    let kws: Vec<&str> = lenient
+        .relaxed()
+        .iter()
+        .map(|r| r.keyword.as_str())
+        .collect();
     assert_eq!(kws, ["discriminator", "oneOf"]);
+    // A schema as a mapping target names the branch equal to it (Pydantic writes a
+    // branch that is itself a union out in full).
+    let inner = json!({"oneOf": [{"$ref": "#/$defs/A"}]});
+    let s = json!({"$defs": {"A": a, "B": obj(json!({"kind": {"const": "b"}}), &["kind"])},
+        "oneOf": [inner, {"$ref": "#/$defs/B"}],
+        "discriminator": {"propertyName": "kind", "mapping": {"a": inner, "b": "#/$defs/B"}}});
+    check(
+        s,
+        &[r#"{"kind":"a"}"#, r#"{"kind":"b"}"#],
+        &[r#"{"kind":"c"}"#],
+    );
+    let s = json!({"$defs": {"A": a}, "oneOf": [{"$ref": "#/$defs/A"}],
+        "discriminator": {"propertyName": "kind", "mapping": {"a": {"$ref": "#/$defs/A", "title": "x"}}}});
+    let (_, _, why) = refusal(s);
+    assert_eq!(
+        why,
+        r#"mapping "a" names a schema, which is no branch of the oneOf"#
+    );
     // Malformed: invalid at the field.
     let e = err(json!({"oneOf": [], "discriminator": {"propertyName": 3}})).to_string();
     assert!(e.contains("/discriminator/propertyName"), "{e}");

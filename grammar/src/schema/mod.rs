@@ -1065,17 +1065,20 @@ impl<'a> Builder<'a> {
             Some(_) => return Err(Self::invalid(&format!("{kp}/propertyName"), "not a string")),
             None => return Err(Self::invalid(kp, "no propertyName")),
         };
-        let mut mapping: Option<Vec<(String, String)>> = None;
+        // Each target is a reference, or (Pydantic, for a branch that is itself a union)
+        // the branch's schema written out.
+        let mut mapping: Option<Vec<(String, &Value)>> = None;
         if let Some(x) = d.get("mapping") {
             let o = x
                 .as_object()
                 .ok_or_else(|| Self::invalid(&format!("{kp}/mapping"), "not an object"))?;
             let mut v = Vec::new();
             for (tag, target) in o {
-                let t = target.as_str().ok_or_else(|| {
-                    Self::invalid(&format!("{kp}/mapping/{}", esc_ptr(tag)), "not a string")
-                })?;
-                v.push((tag.clone(), t.to_string()));
+                if !target.is_string() && !target.is_object() {
+                    let at = format!("{kp}/mapping/{}", esc_ptr(tag));
+                    return Err(Self::invalid(&at, "neither a reference nor a schema"));
+                }
+                v.push((tag.clone(), target));
             }
             mapping = Some(v);
         }
@@ -1170,14 +1173,24 @@ impl<'a> Builder<'a> {
             let mut listed: Vec<(usize, String)> = Vec::new();
             for (tag, target) in &mapping {
                 let at = format!("{kp}/mapping/{}", esc_ptr(tag));
-                let Ok(tl) = self.resolve_ref(target, &at) else {
-                    let why = format!("mapping {tag:?}: cannot resolve {target:?}");
-                    self.unsupported("discriminator", kp, &why)?;
-                    return Ok(None);
+                let found = match target {
+                    Value::String(r) => {
+                        let Ok(tl) = self.resolve_ref(r, &at) else {
+                            let why = format!("mapping {tag:?}: cannot resolve {r:?}");
+                            self.unsupported("discriminator", kp, &why)?;
+                            return Ok(None);
+                        };
+                        (0..n).find(|&i| targets[i].contains(&tl))
+                    }
+                    schema => (0..n).find(|&i| m[comb][i] == **schema),
                 };
-                let Some(i) = (0..n).find(|&i| targets[i].contains(&tl)) else {
+                let Some(i) = found else {
+                    let what = match target {
+                        Value::String(r) => r.clone(),
+                        _ => "a schema".to_string(),
+                    };
                     let why =
-                        format!("mapping {tag:?} names {target}, which is no branch of the {comb}");
+                        format!("mapping {tag:?} names {what}, which is no branch of the {comb}");
                     self.unsupported("discriminator", kp, &why)?;
                     return Ok(None);
                 };
