@@ -1,10 +1,12 @@
 """Pydantic models whose JSON Schemas are fixtures for `grammar/tests/compile_pydantic.rs`.
 
 Run `python models.py export` to write `schemas/NAME.json` (one per model, from
-`model_json_schema()`), `python models.py validate DIR` to check the instances the Rust
-test wrote (`DIR/NAME.jsonl`, one JSON text a line) with `model_validate_json(...,
-strict=True)`. The committed schemas were exported with the versions in PINNED; the
-Rust test runs without Python, except its Pydantic round trip.
+`model_json_schema()`, and `schemas/VERSIONS`), `python models.py validate DIR` to check
+the instances the Rust test wrote (`DIR/NAME.jsonl`, each line the instance text as a
+JSON string) with `model_validate_json(..., strict=True)`. The committed schemas were
+exported with the versions pinned in `requirements.txt` (pydantic 2.13.4,
+email-validator 2.4.0), which `scripts/test` installs into `.venv-test`. The Rust tests
+read the committed schemas without Python; only the round trip needs it.
 """
 
 from __future__ import annotations
@@ -20,9 +22,6 @@ from uuid import UUID
 import pydantic
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, RootModel
-
-PINNED = {"pydantic": "2.13.4", "email-validator": "2.4.0"}
-
 
 # A discriminated union on a `Literal` tag (`oneOf` + `discriminator` with `mapping`).
 class Cat(BaseModel):
