@@ -251,6 +251,17 @@ fn formats() {
         &["\"a.b@example.com\""],
         &["\"a@b\""],
     );
+    // Special-use domains (RFC 6761), which email-validator (Pydantic's EmailStr) refuses.
+    check(
+        json!({"format": "email", "type": "string"}),
+        &["\"a@b.tester\"", "\"a@test.com\"", "\"a@b.internal\""],
+        &[
+            "\"a@b.test\"",
+            "\"a@b.c.LOCAL\"",
+            "\"a@x-y.arpa\"",
+            "\"a@b.Onion\"",
+        ],
+    );
     assert!(matches!(
         err(json!({"type": "string", "format": "color-hex"})),
         CompileError::Unsupported { .. }

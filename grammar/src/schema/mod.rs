@@ -724,8 +724,12 @@ impl<'a> Builder<'a> {
                 }
                 "format" => {
                     let s = x.as_str().unwrap_or("");
-                    match pattern::format_regex(s) {
-                        Some(r) => base.pats.push((r, format!("format {s:?}"), true)),
+                    match pattern::format_regexes(s) {
+                        Some(rs) => {
+                            for r in rs {
+                                base.pats.push((r, format!("format {s:?}"), true));
+                            }
+                        }
                         None => base.bad_fmt.push((kp.clone(), s.to_string())),
                     }
                 }

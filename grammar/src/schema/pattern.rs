@@ -344,6 +344,19 @@ fn duration() -> String {
     format!("P(?:{date}(?:{time})?|{time}|{n}W)")
 }
 
+/// [`format_regex`], with the strings it must not take as [`NOT`] regexes: an `email`
+/// whose domain ends in a special-use name (RFC 6761: `.test`, `.local`, ...), which
+/// email-validator, so Pydantic's `EmailStr`, refuses.
+pub fn format_regexes(f: &str) -> Option<Vec<String>> {
+    let mut v = vec![format_regex(f)?];
+    if matches!(f, "email" | "idn-email") {
+        v.push(format!(
+            "{NOT}^(?s:.)*\\.(?i:arpa|invalid|local|localhost|onion|test)$"
+        ));
+    }
+    Some(v)
+}
+
 /// The anchored regex of a sound subset of `format`, or `None` for an unknown format.
 pub fn format_regex(f: &str) -> Option<String> {
     let body = match f {
