@@ -155,6 +155,16 @@ class Pen(BaseModel):
     count: int = Field(ge=1)
 
 
+class Ledger(BaseModel):
+    """Lists of the string-typed scalars, so each round trip draws many of them."""
+
+    emails: list[EmailStr] = Field(min_length=1)
+    ids: list[UUID]
+    at: list[dt.datetime]
+    days: list[dt.date]
+    amounts: list[Decimal]
+
+
 Comment.model_rebuild()
 Shape.model_rebuild()
 
@@ -165,6 +175,7 @@ MODELS: dict[str, type[BaseModel]] = {
     "event": Event,
     "shape": Shape,
     "pen": Pen,
+    "ledger": Ledger,
 }
 
 HERE = Path(__file__).resolve().parent
