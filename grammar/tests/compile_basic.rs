@@ -736,6 +736,13 @@ fn discriminator_refusals_name_the_branch() {
             r#"mapping "a" names #/$defs/Z, which is no branch of the oneOf"#,
         ),
         (
+            tagged(
+                json!({"A": a, "B": {"type": "object", "properties": {"x": {}}, "additionalProperties": false}}),
+                json!({"propertyName": "kind"}),
+            ),
+            r#"branch 1 (#/$defs/B) allows no value of "kind""#,
+        ),
+        (
             json!({"type": "object", "discriminator": {"propertyName": "kind"}}),
             "no sibling oneOf or anyOf to discriminate",
         ),

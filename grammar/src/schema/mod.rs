@@ -19,6 +19,8 @@ use crate::compile::{CompileError, Config, Deadline, Relaxed};
 use crate::ir::*;
 
 type Key = Vec<u32>;
+/// A `oneOf`/`anyOf` a `discriminator` proved disjoint: its pointer and its branches.
+type Tagged = (String, Vec<Vec<Typed>>);
 const FALSE_LOC: u32 = 0;
 static FALSE_VALUE: Value = Value::Bool(false);
 
@@ -1060,7 +1062,7 @@ impl<'a> Builder<'a> {
         ptr: &str,
         kp: &str,
         base: &Typed,
-    ) -> Result<Option<(String, Vec<Vec<Typed>>)>, CompileError> {
+    ) -> Result<Option<Tagged>, CompileError> {
         let d = m["discriminator"]
             .as_object()
             .ok_or_else(|| Self::invalid(kp, "not an object"))?;
@@ -1152,6 +1154,13 @@ impl<'a> Builder<'a> {
                         }
                     }
                 }
+            }
+            if set.is_empty() {
+                // Forbidden (`additionalProperties: false`, say) or unsatisfiable: the
+                // branch could never be chosen, which is a schema bug worth naming.
+                let why = format!("{} allows no value of {name:?}", labels[i]);
+                self.unsupported("discriminator", kp, &why)?;
+                return Ok(None);
             }
             pinned.push(set);
             tagged.push(real);
