@@ -209,6 +209,25 @@ fn formats() {
         &["\"2024-02-29\"", "\"2023-12-31\""],
         &["\"2023-02-29\"", "\"2024-13-01\"", "\"1900-02-29\""],
     );
+    // Years from 0001 (Python's `date`, so Pydantic, has no year 0); every fourth
+    // century is a leap year.
+    check(
+        json!({"type": "string", "format": "date"}),
+        &[
+            "\"0001-01-01\"",
+            "\"0004-02-29\"",
+            "\"0400-02-29\"",
+            "\"2000-02-29\"",
+            "\"9996-02-29\"",
+            "\"0020-02-29\"",
+        ],
+        &[
+            "\"0000-01-01\"",
+            "\"0000-02-29\"",
+            "\"0100-02-29\"",
+            "\"2100-02-29\"",
+        ],
+    );
     check(
         json!({"format": "date-time", "type": "string"}),
         &[
@@ -231,6 +250,17 @@ fn formats() {
         json!({"format": "email", "type": "string"}),
         &["\"a.b@example.com\""],
         &["\"a@b\""],
+    );
+    // Special-use domains (RFC 6761), which email-validator (Pydantic's EmailStr) refuses.
+    check(
+        json!({"format": "email", "type": "string"}),
+        &["\"a@b.tester\"", "\"a@test.com\"", "\"a@b.internal\""],
+        &[
+            "\"a@b.test\"",
+            "\"a@b.c.LOCAL\"",
+            "\"a@x-y.arpa\"",
+            "\"a@b.Onion\"",
+        ],
     );
     assert!(matches!(
         err(json!({"type": "string", "format": "color-hex"})),
@@ -569,4 +599,238 @@ fn if_then_else_and_general_not() {
         &["2", "6"],
         &["3", "5"],
     );
+}
+
+/// Pydantic's `Annotated[A | B | C, Field(discriminator="kind")]`, with `defs` for the
+/// branches and `disc` for the discriminator object.
+fn tagged(defs: Value, disc: Value) -> Value {
+    let names: Vec<String> = defs.as_object().unwrap().keys().cloned().collect();
+    let refs: Vec<Value> = names
+        .iter()
+        .map(|n| json!({"$ref": format!("#/$defs/{n}")}))
+        .collect();
+    json!({"$defs": defs, "oneOf": refs, "discriminator": disc})
+}
+
+fn obj(props: Value, req: &[&str]) -> Value {
+    json!({"type": "object", "properties": props, "required": req})
+}
+
+fn refusal(schema: Value) -> (String, String, String) {
+    match err(schema) {
+        CompileError::Unsupported {
+            keyword,
+            pointer,
+            why,
+        } => (keyword, pointer, why),
+        e => panic!("{e}"),
+    }
+}
+
+#[test]
+fn discriminator_on_disjoint_tags() {
+    let defs = json!({
+        "A": obj(json!({"kind": {"const": "a"}, "x": {"type": "integer"}}), &["kind", "x"]),
+        "B": obj(json!({"kind": {"enum": ["b", "bb"]}, "x": {"type": "string"}}), &["kind", "x"]),
+    });
+    let map = json!({"a": "#/$defs/A", "b": "#/$defs/B", "bb": "#/$defs/B"});
+    check(
+        tagged(
+            defs.clone(),
+            json!({"propertyName": "kind", "mapping": map}),
+        ),
+        &[r#"{"kind":"a","x":1}"#, r#"{"kind":"bb","x":"s"}"#],
+        &[
+            r#"{"kind":"a","x":"s"}"#,
+            r#"{"kind":"c","x":1}"#,
+            r#"{"x":1}"#,
+        ],
+    );
+    check(
+        tagged(defs, json!({"propertyName": "kind"})),
+        &[r#"{"kind":"b","x":"s"}"#],
+        &[r#"{"kind":"b","x":1}"#],
+    );
+    // Inline branches and an `anyOf`; the tag pinned through a `$ref`.
+    check(
+        json!({"$defs": {"T": {"const": 2}}, "discriminator": {"propertyName": "t"}, "anyOf": [
+            obj(json!({"t": {"const": 1}}), &["t"]),
+            obj(json!({"t": {"$ref": "#/$defs/T"}, "y": {"type": "null"}}), &["t", "y"]),
+        ]}),
+        &[r#"{"t":1}"#, r#"{"t":2,"y":null}"#],
+        &[r#"{"t":2}"#, r#"{"t":3}"#],
+    );
+}
+
+/// A tag with a default (`kind: Literal["a"] = "a"`) is not `required`, so `{"x":1}`
+/// matches both branches and the generic oneOf check refuses the schema; the
+/// discriminator proves the branches disjoint once the tag is required, as Pydantic and
+/// OpenAPI read it (Pydantic: "Unable to extract tag using discriminator").
+#[test]
+fn discriminator_requires_a_defaulted_tag() {
+    let defs = json!({
+        "A": obj(json!({"kind": {"const": "a", "default": "a"}, "x": {"type": "integer"}}), &["x"]),
+        "B": obj(json!({"kind": {"const": "b", "default": "b"}, "x": {"type": "integer"}}), &["x"]),
+    });
+    let mut plain = tagged(defs.clone(), json!({}));
+    plain.as_object_mut().unwrap().remove("discriminator");
+    let (kw, ptr, why) = refusal(plain);
+    assert_eq!((kw.as_str(), ptr.as_str()), ("oneOf", "/oneOf"), "{why}");
+    let map = json!({"a": "#/$defs/A", "b": "#/$defs/B"});
+    check(
+        tagged(defs, json!({"propertyName": "kind", "mapping": map})),
+        &[r#"{"kind":"a","x":1}"#, r#"{"kind":"b","x":1}"#],
+        &[r#"{"x":1}"#, r#"{"kind":"c","x":1}"#],
+    );
+}
+
+#[test]
+fn discriminator_refusals_name_the_branch() {
+    let a = obj(json!({"kind": {"const": "a"}}), &["kind"]);
+    let cases = [
+        (
+            tagged(
+                json!({"A": a, "B": obj(json!({"kind": {"type": "string"}}), &["kind"])}),
+                json!({"propertyName": "kind"}),
+            ),
+            r#"branch 1 (#/$defs/B) does not pin "kind" to a literal (const or enum)"#,
+        ),
+        (
+            tagged(
+                json!({"A": a, "B": obj(json!({"other": {"const": "b"}}), &["other"])}),
+                json!({"propertyName": "kind"}),
+            ),
+            r#"branch 1 (#/$defs/B) does not pin "kind" to a literal (const or enum)"#,
+        ),
+        (
+            tagged(
+                json!({"A": a, "B": obj(json!({"kind": {"enum": ["b", "a"]}}), &["kind"])}),
+                json!({"propertyName": "kind"}),
+            ),
+            r#"branch 0 (#/$defs/A) and branch 1 (#/$defs/B) both pin "kind" to "a""#,
+        ),
+        (
+            tagged(
+                json!({"A": a, "B": {"properties": {"kind": {"const": "b"}}, "required": ["kind"]}}),
+                json!({"propertyName": "kind"}),
+            ),
+            "branch 1 (#/$defs/B) admits values that are not objects",
+        ),
+        (
+            tagged(
+                json!({"A": a, "B": obj(json!({"kind": {"const": "b"}}), &["kind"])}),
+                json!({"propertyName": "kind", "mapping": {"a": "#/$defs/B", "b": "#/$defs/B"}}),
+            ),
+            r#"mapping "a" names branch 1 (#/$defs/B), which does not pin "kind" to "a""#,
+        ),
+        (
+            tagged(
+                json!({"A": a, "B": obj(json!({"kind": {"enum": ["b", "c"]}}), &["kind"])}),
+                json!({"propertyName": "kind", "mapping": {"a": "#/$defs/A", "b": "#/$defs/B"}}),
+            ),
+            r#"branch 1 (#/$defs/B) pins "kind" to "c", which mapping does not list"#,
+        ),
+        (
+            json!({"$defs": {"A": a, "Z": {}}, "oneOf": [{"$ref": "#/$defs/A"}],
+                   "discriminator": {"propertyName": "kind", "mapping": {"a": "#/$defs/Z"}}}),
+            r#"mapping "a" names #/$defs/Z, which is no branch of the oneOf"#,
+        ),
+        (
+            tagged(
+                json!({"A": a, "B": {"type": "object", "properties": {"x": {}}, "additionalProperties": false}}),
+                json!({"propertyName": "kind"}),
+            ),
+            r#"branch 1 (#/$defs/B) allows no value of "kind""#,
+        ),
+        (
+            json!({"type": "object", "discriminator": {"propertyName": "kind"}}),
+            "no sibling oneOf or anyOf to discriminate",
+        ),
+    ];
+    for (s, want) in cases {
+        let (kw, ptr, why) = refusal(s.clone());
+        assert_eq!(kw, "discriminator", "{s}");
+        assert_eq!(ptr, "/discriminator", "{s}");
+        assert_eq!(why, want, "{s}");
+    }
+    // Nested: the pointer is the discriminator's own.
+    let s = json!({"type": "object", "properties": {"p": {"oneOf": [
+        obj(json!({"k": {"const": 1}}), &["k"]),
+        obj(json!({"k": {"const": 1.0}}), &["k"]),
+    ], "discriminator": {"propertyName": "k"}}}});
+    let (_, ptr, why) = refusal(s.clone());
+    assert_eq!(ptr, "/properties/p/discriminator");
+    assert!(why.contains("both pin \"k\" to 1"), "{why}");
+    // Lenient: recorded, and the oneOf is read without it.
+    let lenient = compile(
+        &s,
+        &Config {
+            lenient: true,
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    let kws: Vec<&str> = lenient
+        .relaxed()
+        .iter()
+        .map(|r| r.keyword.as_str())
+        .collect();
+    assert_eq!(kws, ["discriminator", "oneOf"]);
+    // A schema as a mapping target names the branch equal to it (Pydantic writes a
+    // branch that is itself a union out in full).
+    let inner = json!({"oneOf": [{"$ref": "#/$defs/A"}]});
+    let s = json!({"$defs": {"A": a, "B": obj(json!({"kind": {"const": "b"}}), &["kind"])},
+        "oneOf": [inner, {"$ref": "#/$defs/B"}],
+        "discriminator": {"propertyName": "kind", "mapping": {"a": inner, "b": "#/$defs/B"}}});
+    check(
+        s,
+        &[r#"{"kind":"a"}"#, r#"{"kind":"b"}"#],
+        &[r#"{"kind":"c"}"#],
+    );
+    let s = json!({"$defs": {"A": a}, "oneOf": [{"$ref": "#/$defs/A"}],
+        "discriminator": {"propertyName": "kind", "mapping": {"a": {"$ref": "#/$defs/A", "title": "x"}}}});
+    let (_, _, why) = refusal(s);
+    assert_eq!(
+        why,
+        r#"mapping "a" names a schema, which is no branch of the oneOf"#
+    );
+    // Malformed: invalid at the field.
+    let e = err(json!({"oneOf": [], "discriminator": {"propertyName": 3}})).to_string();
+    assert!(e.contains("/discriminator/propertyName"), "{e}");
+}
+
+/// A leading negative look-ahead, `^(?!X)Y`, is `Y` without the strings `X` starts:
+/// Pydantic's `Decimal` pattern (before it, refused as look-around).
+#[test]
+fn pattern_with_leading_negative_lookahead() {
+    check(
+        json!({"type": "string", "pattern": "^(?!^[-+.]*$)[+-]?0*\\d*\\.?\\d*$"}),
+        &[
+            r#""1.5""#,
+            r#""-0.5""#,
+            r#""+3""#,
+            r#""007""#,
+            r#""1.""#,
+            r#"".5""#,
+        ],
+        &[
+            r#""""#,
+            r#""-""#,
+            r#""+.""#,
+            r#"".""#,
+            r#""-.""#,
+            r#""1.2.3""#,
+            r#""1a""#,
+        ],
+    );
+    // Not anchored at the end: no string that starts with `ab`.
+    check(
+        json!({"type": "string", "pattern": "^(?!ab)[a-z]+$"}),
+        &[r#""ac""#, r#""b""#, r#""a""#],
+        &[r#""ab""#, r#""abc""#, r#""""#],
+    );
+    for p in ["^(?!a)b|c", "^a(?!b)", "(?!a)b", "^(?<!a)b", "^(?!a"] {
+        let (kw, _, why) = refusal(json!({"type": "string", "pattern": p}));
+        assert_eq!(kw, "pattern", "{p}: {why}");
+    }
 }

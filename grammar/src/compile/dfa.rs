@@ -201,6 +201,35 @@ impl Dfa {
         .prune())
     }
 
+    /// The complement over all byte strings: every state's acceptance flipped, and what
+    /// fell into the dead state goes to a new accepting sink instead. It takes bytes that
+    /// are not UTF-8 too, so it is meant for a [`product`](Dfa::product) with a DFA that
+    /// reads strings (the pattern after a leading negative look-ahead).
+    pub(crate) fn complement(&self) -> Dfa {
+        let n = self.accept.len();
+        let sink = n as u32;
+        let mut trans = vec![0u32; (n + 1) * self.nclasses];
+        for s in 1..n {
+            for c in 0..self.nclasses {
+                let t = self.trans[s * self.nclasses + c];
+                trans[s * self.nclasses + c] = if t == 0 { sink } else { t };
+            }
+        }
+        for c in 0..self.nclasses {
+            trans[n * self.nclasses + c] = sink;
+        }
+        let mut accept: Vec<bool> = self.accept.iter().map(|a| !a).collect();
+        accept[0] = false;
+        accept.push(true);
+        Dfa {
+            classes: self.classes,
+            nclasses: self.nclasses,
+            trans,
+            accept,
+            start: if self.start == 0 { sink } else { self.start },
+        }
+    }
+
     /// Sends every state that cannot reach a match to the dead state 0 and renumbers.
     fn prune(self) -> Dfa {
         let n = self.accept.len();

@@ -19,6 +19,8 @@ use crate::compile::{CompileError, Config, Deadline, Relaxed};
 use crate::ir::*;
 
 type Key = Vec<u32>;
+/// A `oneOf`/`anyOf` a `discriminator` proved disjoint: its pointer and its branches.
+type Tagged = (String, Vec<Vec<Typed>>);
 const FALSE_LOC: u32 = 0;
 static FALSE_VALUE: Value = Value::Bool(false);
 
@@ -599,6 +601,7 @@ impl<'a> Builder<'a> {
         let mut nots: Vec<(String, Rc<Vec<Typed>>)> = Vec::new();
         #[allow(clippy::type_complexity)]
         let mut ifs: Vec<(String, Rc<Vec<Typed>>, Vec<Typed>, Vec<Typed>)> = Vec::new();
+        let mut disc: Option<String> = None;
         let old_draft = matches!(self.draft, Draft::D4 | Draft::D6 | Draft::D7);
         if let Some(r) = m.get("$ref") {
             let r = r
@@ -712,15 +715,23 @@ impl<'a> Builder<'a> {
                     let s = x
                         .as_str()
                         .ok_or_else(|| Self::invalid(&kp, "not a string"))?;
-                    match pattern::search_regex(s) {
-                        Ok(r) => base.pats.push((r, format!("pattern {s:?}"), false)),
+                    match pattern::search_regexes(s) {
+                        Ok(rs) => {
+                            for r in rs {
+                                base.pats.push((r, format!("pattern {s:?}"), false));
+                            }
+                        }
                         Err(e) => self.unsupported(k, &kp, &format!("pattern {s:?}: {e}"))?,
                     }
                 }
                 "format" => {
                     let s = x.as_str().unwrap_or("");
-                    match pattern::format_regex(s) {
-                        Some(r) => base.pats.push((r, format!("format {s:?}"), true)),
+                    match pattern::format_regexes(s) {
+                        Some(rs) => {
+                            for r in rs {
+                                base.pats.push((r, format!("format {s:?}"), true));
+                            }
+                        }
                         None => base.bad_fmt.push((kp.clone(), s.to_string())),
                     }
                 }
@@ -814,9 +825,11 @@ impl<'a> Builder<'a> {
                         let l = self.loc(&format!("{kp}/{i}"));
                         branches.push(self.dnf(l)?);
                     }
+                    // An `anyOf` that a `discriminator` reads waits for it with the `oneOf`s.
+                    let tagged = m.contains_key("discriminator") && !m.contains_key("oneOf");
                     match k.as_str() {
                         "allOf" => conjs.extend(branches),
-                        "anyOf" => conjs.push(Rc::new(
+                        "anyOf" if !tagged => conjs.push(Rc::new(
                             branches.iter().flat_map(|b| b.iter().cloned()).collect(),
                         )),
                         _ => one_ofs.push((kp.clone(), branches)),
@@ -927,10 +940,11 @@ impl<'a> Builder<'a> {
                 | "unevaluatedProperties"
                 | "unevaluatedItems"
                 | "$dynamicRef"
-                | "$recursiveRef"
-                | "discriminator" => {
+                | "$recursiveRef" => {
                     self.unsupported(k, &kp, "not enforced by the grammar")?;
                 }
+                // Read after the loop, with its sibling `oneOf`/`anyOf` and `base`.
+                "discriminator" => disc = Some(kp.clone()),
                 "contentEncoding" | "contentMediaType" | "contentSchema" => {
                     if matches!(self.draft, Draft::D6 | Draft::D7) {
                         self.unsupported(k, &kp, "content is not enforced")?;
@@ -941,9 +955,26 @@ impl<'a> Builder<'a> {
                 }
             }
         }
+        // A verified `discriminator` hands over its combinator's branches, each with the
+        // tag required, pairwise disjoint by the tag (see `discriminator`).
+        let mut by_tag = match disc {
+            Some(dkp) => self.discriminator(m, ptr, &dkp, &base)?,
+            None => None,
+        };
         // oneOf, read together with the sibling keywords: what branch i generates must fail
         // the real branch j (both under the siblings).
         for (kp, branches) in one_ofs {
+            if let Some(tagged) = by_tag.take_if(|(cp, _)| *cp == kp) {
+                conjs.push(Rc::new(tagged.1.into_iter().flatten().collect()));
+                continue;
+            }
+            if kp.ends_with("/anyOf") {
+                // Its discriminator was relaxed: a plain anyOf.
+                conjs.push(Rc::new(
+                    branches.iter().flat_map(|b| b.iter().cloned()).collect(),
+                ));
+                continue;
+            }
             let mut real = Vec::new();
             for b in &branches {
                 real.push(Rc::new(self.conj(vec![base.clone()], b, &kp)?));
@@ -1008,6 +1039,198 @@ impl<'a> Builder<'a> {
             acc = self.conj(acc, &c, ptr)?;
         }
         Ok(acc)
+    }
+
+    // ---------- discriminator (OpenAPI; Pydantic's discriminated unions) ----------
+
+    /// `discriminator` at `kp` (its object is `m["discriminator"]`): accepted when the
+    /// sibling `oneOf` (else `anyOf`) is disjoint on the tag. Every alternative of every
+    /// branch, read with the sibling keywords (`base`), must be an object that pins the
+    /// tag property with `const` or `enum`; the pinned sets must be pairwise disjoint;
+    /// and `mapping`, when present, must send each tag to the branch that pins it and list
+    /// every pinned tag. A branch that lists the tag without requiring it (Pydantic's
+    /// `Literal` tag with a default) is narrowed to require it: Pydantic and OpenAPI
+    /// refuse an instance without its tag, and narrowing only drops instances. Then an
+    /// instance the grammar produces carries its tag and fails every other branch, whose
+    /// tag, when present, is pinned apart: the branches are disjoint without the generic
+    /// check, which would find two branches that both take an instance without the tag.
+    /// Returns the combinator's pointer and its branches so narrowed (with `base`); `None`
+    /// when the keyword was relaxed (lenient) instead.
+    fn discriminator(
+        &mut self,
+        m: &Map<String, Value>,
+        ptr: &str,
+        kp: &str,
+        base: &Typed,
+    ) -> Result<Option<Tagged>, CompileError> {
+        let d = m["discriminator"]
+            .as_object()
+            .ok_or_else(|| Self::invalid(kp, "not an object"))?;
+        let name = match d.get("propertyName") {
+            Some(Value::String(s)) => s.clone(),
+            Some(_) => return Err(Self::invalid(&format!("{kp}/propertyName"), "not a string")),
+            None => return Err(Self::invalid(kp, "no propertyName")),
+        };
+        // Each target is a reference, or (Pydantic, for a branch that is itself a union)
+        // the branch's schema written out.
+        let mut mapping: Option<Vec<(String, &Value)>> = None;
+        if let Some(x) = d.get("mapping") {
+            let o = x
+                .as_object()
+                .ok_or_else(|| Self::invalid(&format!("{kp}/mapping"), "not an object"))?;
+            let mut v = Vec::new();
+            for (tag, target) in o {
+                if !target.is_string() && !target.is_object() {
+                    let at = format!("{kp}/mapping/{}", esc_ptr(tag));
+                    return Err(Self::invalid(&at, "neither a reference nor a schema"));
+                }
+                v.push((tag.clone(), target));
+            }
+            mapping = Some(v);
+        }
+        let comb = if m.contains_key("oneOf") {
+            "oneOf"
+        } else if m.contains_key("anyOf") {
+            "anyOf"
+        } else {
+            self.unsupported(
+                "discriminator",
+                kp,
+                "no sibling oneOf or anyOf to discriminate",
+            )?;
+            return Ok(None);
+        };
+        let cp = format!("{ptr}/{comb}");
+        let n = m[comb].as_array().map_or(0, Vec::len);
+        let mut labels = Vec::new();
+        let mut targets = Vec::new();
+        let mut pinned: Vec<Vec<Value>> = Vec::new();
+        let mut tagged: Vec<Vec<Typed>> = Vec::new();
+        for i in 0..n {
+            let bp = format!("{cp}/{i}");
+            let bref = m[comb][i].get("$ref").and_then(Value::as_str);
+            labels.push(format!(
+                "branch {i} ({})",
+                bref.map_or(format!("#{bp}"), String::from)
+            ));
+            let bl = self.loc(&bp);
+            targets.push(match bref {
+                Some(r) => vec![bl, self.resolve_ref(r, &format!("{bp}/$ref"))?],
+                None => vec![bl],
+            });
+            let b = self.dnf(bl)?;
+            let mut real = self.conj(vec![base.clone()], &b, kp)?;
+            let mut set: Vec<Value> = Vec::new();
+            for alt in &mut real {
+                if alt.t & !T_OBJ != 0 {
+                    let why = format!("{} admits values that are not objects", labels[i]);
+                    self.unsupported("discriminator", kp, &why)?;
+                    return Ok(None);
+                }
+                if !alt.req.contains(&name) {
+                    alt.req.push(name.clone());
+                }
+                let Some(pk) = self.prop_key_full(alt, &name)? else {
+                    let why = format!(
+                        "{}: a pattern that cannot be read decides {name:?}",
+                        labels[i]
+                    );
+                    self.unsupported("discriminator", kp, &why)?;
+                    return Ok(None);
+                };
+                let pd = self.key_dnf(&pk).map_err(|e| at_ptr(e, kp))?;
+                for pa in pd.iter() {
+                    let Some(lits) = pa.lits.clone() else {
+                        let why = format!(
+                            "{} does not pin {name:?} to a literal (const or enum)",
+                            labels[i]
+                        );
+                        self.unsupported("discriminator", kp, &why)?;
+                        return Ok(None);
+                    };
+                    for v in lits {
+                        if self.value_ok(pa, &v, true)? && !set.iter().any(|w| json_eq(&v, w)) {
+                            set.push(v);
+                        }
+                    }
+                }
+            }
+            if set.is_empty() {
+                // Forbidden (`additionalProperties: false`, say) or unsatisfiable: the
+                // branch could never be chosen, which is a schema bug worth naming.
+                let why = format!("{} allows no value of {name:?}", labels[i]);
+                self.unsupported("discriminator", kp, &why)?;
+                return Ok(None);
+            }
+            pinned.push(set);
+            tagged.push(real);
+        }
+        for i in 0..n {
+            for j in i + 1..n {
+                if let Some(v) = pinned[i]
+                    .iter()
+                    .find(|v| pinned[j].iter().any(|w| json_eq(v, w)))
+                {
+                    let why = format!("{} and {} both pin {name:?} to {v}", labels[i], labels[j]);
+                    self.unsupported("discriminator", kp, &why)?;
+                    return Ok(None);
+                }
+            }
+        }
+        if let Some(mapping) = mapping {
+            // A tag as `mapping` spells it: strings as they are, other literals as JSON.
+            let spelt = |v: &Value| match v {
+                Value::String(s) => s.clone(),
+                v => v.to_string(),
+            };
+            let mut listed: Vec<(usize, String)> = Vec::new();
+            for (tag, target) in &mapping {
+                let at = format!("{kp}/mapping/{}", esc_ptr(tag));
+                let found = match target {
+                    Value::String(r) => {
+                        let Ok(tl) = self.resolve_ref(r, &at) else {
+                            let why = format!("mapping {tag:?}: cannot resolve {r:?}");
+                            self.unsupported("discriminator", kp, &why)?;
+                            return Ok(None);
+                        };
+                        (0..n).find(|&i| targets[i].contains(&tl))
+                    }
+                    schema => (0..n).find(|&i| m[comb][i] == **schema),
+                };
+                let Some(i) = found else {
+                    let what = match target {
+                        Value::String(r) => r.clone(),
+                        _ => "a schema".to_string(),
+                    };
+                    let why =
+                        format!("mapping {tag:?} names {what}, which is no branch of the {comb}");
+                    self.unsupported("discriminator", kp, &why)?;
+                    return Ok(None);
+                };
+                if !pinned[i].iter().any(|v| spelt(v) == *tag) {
+                    let why = format!(
+                        "mapping {tag:?} names {}, which does not pin {name:?} to {tag:?}",
+                        labels[i]
+                    );
+                    self.unsupported("discriminator", kp, &why)?;
+                    return Ok(None);
+                }
+                listed.push((i, tag.clone()));
+            }
+            for i in 0..n {
+                for v in &pinned[i] {
+                    if !listed.iter().any(|(j, t)| *j == i && *t == spelt(v)) {
+                        let why = format!(
+                            "{} pins {name:?} to {v}, which mapping does not list",
+                            labels[i]
+                        );
+                        self.unsupported("discriminator", kp, &why)?;
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+        Ok(Some((cp, tagged)))
     }
 
     // ---------- disjointness (for oneOf) ----------
@@ -1676,8 +1899,15 @@ impl<'a> Builder<'a> {
             }
         };
         let mut acc: Option<Dfa> = None;
-        for r in &key {
-            let d = match Dfa::from_regex(r, lim, &dl) {
+        // Complements last: an intersection with them stays inside the others' strings.
+        let mut order: Vec<&String> = key.iter().collect();
+        order.sort_by_key(|r| r.starts_with(pattern::NOT));
+        for r in order {
+            let d = match r.strip_prefix(pattern::NOT) {
+                Some(r) => Dfa::from_regex(r, lim, &dl).map(|d| d.complement()),
+                None => Dfa::from_regex(r, lim, &dl),
+            };
+            let d = match d {
                 Ok(d) => d,
                 Err(e) => return stop(e),
             };

@@ -247,6 +247,46 @@ pub fn search_regex(p: &str) -> Result<String, String> {
     Ok(format!("^(?s:.)*?(?:{body})(?s:.)*$"))
 }
 
+/// Marks a regex in [`search_regexes`]' answer whose *complement* is meant.
+pub const NOT: char = '!';
+
+/// [`search_regex`], and for a pattern that opens with a negative look-ahead at its
+/// anchor, `^(?!X)Y` (Pydantic's `Decimal`: `^(?!^[-+.]*$)[+-]?0*\d*\.?\d*$`), the
+/// two regexes whose intersection it is: `^Y` as a search, and [`NOT`] before `^X` as a
+/// search (the strings where the look-ahead would match). `Y` may not hold a `|` (it
+/// would bind looser than the look-ahead); `X` and `Y` are translated as any pattern.
+pub fn search_regexes(p: &str) -> Result<Vec<String>, String> {
+    let Some(after) = p.strip_prefix("^(?!") else {
+        return Ok(vec![search_regex(p)?]);
+    };
+    let cs: Vec<char> = after.chars().collect();
+    let (mut depth, mut i, mut in_class) = (0usize, 0usize, false);
+    let close = loop {
+        let Some(&c) = cs.get(i) else {
+            return Err("unclosed look-ahead".into());
+        };
+        match c {
+            '\\' => i += 1,
+            '[' => in_class = true,
+            ']' => in_class = false,
+            '(' if !in_class => depth += 1,
+            ')' if !in_class && depth == 0 => break i,
+            ')' if !in_class => depth -= 1,
+            _ => {}
+        }
+        i += 1;
+    };
+    let x: String = cs[..close].iter().collect();
+    let y: String = cs[close + 1..].iter().collect();
+    if y.contains('|') {
+        return Err("look-around or group flag".into());
+    }
+    Ok(vec![
+        search_regex(&format!("^(?:{y})"))?,
+        format!("{NOT}{}", search_regex(&format!("^(?:{x})"))?),
+    ])
+}
+
 const H16: &str = "[0-9a-fA-F]{1,4}";
 const LABEL: &str = "[A-Za-z0-9]{1,20}(?:-[A-Za-z0-9]{1,20}){0,2}";
 
@@ -275,9 +315,12 @@ fn hostname() -> String {
     format!("{LABEL}(?:\\.{LABEL}){{0,3}}")
 }
 
+/// Years 0001 to 9999: RFC 3339 also has 0000, which Python's `date` and `datetime` (so
+/// Pydantic) refuse.
 fn date() -> String {
-    let y = "[0-9]{4}";
-    let leap = "(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)";
+    let y = "(?:000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})";
+    let leap =
+        "(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][48]|[13579][26]|[2468]0)00)";
     format!(
         "(?:{y}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))|{leap}-02-29)"
     )
@@ -299,6 +342,19 @@ fn duration() -> String {
     let date = format!("(?:{n}Y(?:{n}M(?:{n}D)?)?|{n}M(?:{n}D)?|{n}D)");
     let time = format!("T(?:{n}H(?:{n}M(?:{n}S)?)?|{n}M(?:{n}S)?|{n}S)");
     format!("P(?:{date}(?:{time})?|{time}|{n}W)")
+}
+
+/// [`format_regex`], with the strings it must not take as [`NOT`] regexes: an `email`
+/// whose domain ends in a special-use name (RFC 6761: `.test`, `.local`, ...), which
+/// email-validator, so Pydantic's `EmailStr`, refuses.
+pub fn format_regexes(f: &str) -> Option<Vec<String>> {
+    let mut v = vec![format_regex(f)?];
+    if matches!(f, "email" | "idn-email") {
+        v.push(format!(
+            "{NOT}^(?s:.)*\\.(?i:arpa|invalid|local|localhost|onion|test)$"
+        ));
+    }
+    Some(v)
 }
 
 /// The anchored regex of a sound subset of `format`, or `None` for an unknown format.
