@@ -379,6 +379,12 @@ impl Automaton {
             };
             sp.dfa = Some(d);
             sp.lens = None;
+            if sp.min == 1 && sp.max.is_none() {
+                // Spans are never empty (the start state does not accept, and no edge
+                // leads back to it): `minLength: 1` holds already, and without a length
+                // table the string body keeps its plain-token key (`plain_key`).
+                sp.min = 0;
+            }
             if sp.min > 0 || sp.max.is_some() {
                 let cap = sp.min.max(sp.max.map_or(0, |m| m.saturating_add(1)));
                 let li = match lens.get(&(d, cap)) {
