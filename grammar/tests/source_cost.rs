@@ -53,7 +53,9 @@ fn mark(v: &mut Value, mode: &str) {
 /// A random token walk; the time of each mask in ns.
 fn walk(g: &Arc<Grammar>, trie: &Arc<TokTrie>, seed: u64, times: &mut Vec<u64>) -> usize {
     let mut m = Matcher::new(g.clone(), trie.clone());
-    m.set_budget(200);
+    if std::env::var_os("SOURCE_COST_BUDGET").is_some() {
+        m.set_budget(200);
+    }
     let mut rng = Rng::new(seed);
     let mut mask = TokenSet::new(trie.vocab_size());
     let eos = trie.eos_ids()[0];
