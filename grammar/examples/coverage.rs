@@ -31,6 +31,7 @@ fn reason(e: &CompileError) -> String {
         CompileError::InvalidSchema { msg, .. } => format!("invalid: {msg}"),
         CompileError::Limit { what, .. } => format!("limit: {what}"),
         CompileError::Empty { .. } => "empty".into(),
+        CompileError::NoSpan { .. } => "no span".into(),
     }
 }
 

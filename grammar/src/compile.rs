@@ -52,6 +52,9 @@ pub struct Limits {
     pub length_bits: usize,
     /// Wall-clock compile time in milliseconds.
     pub time_ms: u64,
+    /// States of the span automaton of one document (`x-formwork-source`): about two
+    /// per document byte.
+    pub source_states: usize,
 }
 
 impl Default for Limits {
@@ -64,6 +67,7 @@ impl Default for Limits {
             dfa_states: 20_000,
             length_bits: 64 << 20,
             time_ms: 5_000,
+            source_states: 400_000,
         }
     }
 }
@@ -105,6 +109,10 @@ pub enum CompileError {
     },
     #[error("schema at {pointer:?} has no valid instance the grammar can produce")]
     Empty { pointer: String },
+    /// `x-formwork-source`: the schema needs a string that no span of this document
+    /// gives (under its pattern and lengths).
+    #[error("no span of the document satisfies the string at {pointer:?} (x-formwork-source), and the schema needs one")]
+    NoSpan { pointer: String },
 }
 
 fn at(pointer: &str) -> String {
@@ -185,6 +193,15 @@ pub struct Automaton {
     m: Machine,
     relaxed: Vec<Relaxed>,
     stats: Stats,
+    /// With `x-formwork-source` strings: the IR before the shortest-length pass dropped
+    /// dead alternatives, and the settings, for [`Automaton::with_source`].
+    source: Option<Box<SourceBase>>,
+}
+
+struct SourceBase {
+    ir: crate::ir::Ir,
+    whitespace: Whitespace,
+    limits: Limits,
 }
 
 /// Compiles a JSON Schema.
@@ -193,6 +210,13 @@ pub fn compile(schema: &serde_json::Value, cfg: &Config) -> Result<Arc<Automaton
     let deadline = Deadline::new(cfg.limits.time_ms);
     let b = crate::schema::Builder::new(schema, cfg, deadline)?;
     let (ir, relaxed) = b.build()?;
+    let source = ir.strs.iter().any(|s| s.source.is_some()).then(|| {
+        Box::new(SourceBase {
+            ir: ir.clone(),
+            whitespace: cfg.whitespace,
+            limits: cfg.limits.clone(),
+        })
+    });
     let m = Machine::new(ir, cfg.whitespace, &deadline)?;
     let root = &m.ir.nodes[m.ir.root as usize];
     if root.min_len == u64::MAX {
@@ -200,13 +224,24 @@ pub fn compile(schema: &serde_json::Value, cfg: &Config) -> Result<Arc<Automaton
             pointer: String::new(),
         });
     }
+    let stats = stats_of(&m, t0);
+    Ok(Arc::new(Automaton {
+        m,
+        relaxed,
+        stats,
+        source,
+    }))
+}
+
+fn stats_of(m: &Machine, t0: Instant) -> Stats {
+    let root = &m.ir.nodes[m.ir.root as usize];
     let ir = &m.ir;
     let dfa_bytes: usize = ir
         .dfas
         .iter()
         .map(|d| d.trans.len() * 4 + d.accept.len() + 256)
         .sum();
-    let stats = Stats {
+    Stats {
         nodes: ir.nodes.len(),
         alternatives: ir.nodes.iter().map(|n| n.alts.len()).sum(),
         literals: ir.lits.len(),
@@ -226,11 +261,178 @@ pub fn compile(schema: &serde_json::Value, cfg: &Config) -> Result<Arc<Automaton
             + ir.lens.len() * 64,
         compile_us: t0.elapsed().as_micros() as u64,
         min_len: root.min_len,
-    };
-    Ok(Arc::new(Automaton { m, relaxed, stats }))
+    }
 }
 
 impl Automaton {
+    /// Does the schema mark strings with `x-formwork-source`? Only then does
+    /// [`Automaton::with_source`] build anything.
+    pub fn uses_source(&self) -> bool {
+        self.source.is_some()
+    }
+
+    /// The marked strings: `(JSON Pointer of the keyword, mode)`, in IR order.
+    pub fn source_strings(&self) -> Vec<(String, crate::ir::SourceMode)> {
+        let mut v: Vec<(String, crate::ir::SourceMode)> = Vec::new();
+        for s in &self.m.ir.strs {
+            if let Some(src) = &s.source {
+                if !v.iter().any(|(p, m)| *p == src.pointer && *m == src.mode) {
+                    v.push((src.pointer.clone(), src.mode));
+                }
+            }
+        }
+        v
+    }
+
+    /// The automaton for one document: every `x-formwork-source` string takes only
+    /// spans of `doc` (non-empty; word-aligned for `words`, see [`crate::source`]),
+    /// intersected exactly with its pattern, format and lengths. The span automaton
+    /// (a suffix automaton, or for `words` a subset construction over positions) steps
+    /// over the decoded bytes of the string, so JSON escapes (`\"`, `\\`, `\n`,
+    /// `\u0001`) stand for the document's characters. The result is a new automaton:
+    /// give it its own [`crate::Grammar`], so the shared caches of the schema never see
+    /// a document's states. Without marked strings it is `self`. Errors: the span
+    /// automaton's size limit ([`Limits::source_states`]) or the product's
+    /// ([`Limits::dfa_states`]) at the keyword's pointer, and [`CompileError::NoSpan`]
+    /// when the schema needs a marked string no span satisfies.
+    pub fn with_source(self: &Arc<Self>, doc: &str) -> Result<Arc<Automaton>, CompileError> {
+        use crate::compile::dfa::{Dfa, LenTable};
+        use crate::ir::SourceMode;
+        use std::collections::HashMap;
+        let Some(base) = &self.source else {
+            return Ok(self.clone());
+        };
+        let t0 = Instant::now();
+        let lim = &base.limits;
+        let deadline = Deadline::new(lim.time_ms);
+        let mut ir = base.ir.clone();
+        let mut spans: HashMap<SourceMode, Dfa> = HashMap::new();
+        let mut joined: HashMap<(SourceMode, Option<u32>), Option<u32>> = HashMap::new();
+        let mut lens: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut marked: Vec<(u32, String)> = Vec::new();
+        for i in 0..ir.strs.len() {
+            let Some(src) = ir.strs[i].source.clone() else {
+                continue;
+            };
+            let ptr = src.pointer.clone();
+            let limit = |what: &'static str, given: usize, limit: usize| CompileError::Limit {
+                what,
+                given,
+                limit,
+                pointer: ptr.clone(),
+            };
+            let key = (src.mode, ir.strs[i].dfa);
+            let d = match joined.get(&key) {
+                Some(&d) => d,
+                None => {
+                    if !spans.contains_key(&src.mode) {
+                        let built = match src.mode {
+                            SourceMode::Substring => {
+                                Dfa::substrings(doc.as_bytes(), lim.source_states)
+                            }
+                            SourceMode::Words => Dfa::word_spans(doc, lim.source_states, &deadline),
+                        };
+                        let span = built.map_err(|_| {
+                            if deadline.expired() {
+                                return deadline.error(&ptr);
+                            }
+                            limit(
+                                "source automaton states",
+                                lim.source_states + 1,
+                                lim.source_states,
+                            )
+                        })?;
+                        spans.insert(src.mode, span);
+                    }
+                    let span = &spans[&src.mode];
+                    let dfa = match ir.strs[i].dfa {
+                        None => span.clone(),
+                        Some(p) => span
+                            .product(&ir.dfas[p as usize], lim.dfa_states, &deadline)
+                            .map_err(|_| {
+                                if deadline.expired() {
+                                    return deadline.error(&ptr);
+                                }
+                                limit("DFA states", lim.dfa_states + 1, lim.dfa_states)
+                            })?,
+                    };
+                    let d = if dfa.is_empty() {
+                        None
+                    } else {
+                        ir.dfas.push(dfa);
+                        Some(ir.dfas.len() as u32 - 1)
+                    };
+                    joined.insert(key, d);
+                    d
+                }
+            };
+            let sp = &mut ir.strs[i];
+            marked.push((i as u32, ptr.clone()));
+            let Some(d) = d else {
+                // No span: the string has no valid text (the shortest-length pass drops
+                // the alternative).
+                sp.min = 1;
+                sp.max = Some(0);
+                sp.dfa = None;
+                sp.lens = None;
+                continue;
+            };
+            sp.dfa = Some(d);
+            sp.lens = None;
+            if sp.min == 1 && sp.max.is_none() {
+                // Spans are never empty (the start state does not accept, and no edge
+                // leads back to it): `minLength: 1` holds already, and without a length
+                // table the string body keeps its plain-token key (`plain_key`).
+                sp.min = 0;
+            }
+            if sp.min > 0 || sp.max.is_some() {
+                let cap = sp.min.max(sp.max.map_or(0, |m| m.saturating_add(1)));
+                let li = match lens.get(&(d, cap)) {
+                    Some(&l) => l,
+                    None => {
+                        let lt =
+                            LenTable::build(&ir.dfas[d as usize], cap, lim.length_bits, &deadline)
+                                .map_err(|_| {
+                                    if deadline.expired() {
+                                        return deadline.error(&ptr);
+                                    }
+                                    limit(
+                                        "DFA states x string lengths",
+                                        ir.dfas[d as usize].len() * (cap as usize + 1),
+                                        lim.length_bits,
+                                    )
+                                })?;
+                        ir.lens.push(lt);
+                        let l = ir.lens.len() as u32 - 1;
+                        lens.insert((d, cap), l);
+                        l
+                    }
+                };
+                ir.strs[i].lens = Some(li);
+            }
+        }
+        let m = Machine::new(ir, base.whitespace, &deadline)?;
+        if m.ir.nodes[m.ir.root as usize].min_len == u64::MAX {
+            // Name a marked string that lost every text (the likely cause).
+            let dead = marked
+                .iter()
+                .find(|(i, _)| m.alt_min_text(crate::ir::Alt::Str(*i)).is_none());
+            return Err(match dead {
+                Some((_, p)) => CompileError::NoSpan { pointer: p.clone() },
+                None => CompileError::Empty {
+                    pointer: String::new(),
+                },
+            });
+        }
+        let stats = stats_of(&m, t0);
+        Ok(Arc::new(Automaton {
+            m,
+            relaxed: self.relaxed.clone(),
+            stats,
+            source: None,
+        }))
+    }
+
     pub fn stats(&self) -> Stats {
         self.stats.clone()
     }
@@ -245,6 +447,14 @@ impl Automaton {
             "automaton: {} nodes, {} alternatives, {} DFAs with {} states, ~{} bytes, shortest instance {} bytes, compiled in {} us\n",
             st.nodes, st.alternatives, st.dfas, st.dfa_states, st.bytes, st.min_len, st.compile_us
         ));
+        for (p, mode) in self.source_strings() {
+            let how = if self.source.is_some() {
+                "an ordinary string until a document is given (with_source)"
+            } else {
+                "spans of this automaton's document"
+            };
+            s.push_str(&format!("source: {mode:?} at {p:?}: {how}\n"));
+        }
         for r in &self.relaxed {
             s.push_str(&format!(
                 "relaxed: `{}` at {:?}: {}\n",

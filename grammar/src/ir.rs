@@ -61,7 +61,7 @@ impl NumSpec {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct StrSpec {
     pub min: u32,
     pub max: Option<u32>,
@@ -73,9 +73,30 @@ pub struct StrSpec {
     pub excl: Option<u32>,
     /// Human description (pattern/format) for `explain`.
     pub desc: String,
+    /// `x-formwork-source`: the value must be a span of the document. Without a
+    /// document the string is compiled as an ordinary one; `Automaton::with_source`
+    /// replaces `dfa` and `lens` with the span automaton joined with the pattern.
+    pub source: Option<Source>,
 }
 
-#[derive(Debug)]
+/// How a marked string relates to the document (`x-formwork-source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SourceMode {
+    /// Any non-empty contiguous substring.
+    Substring,
+    /// A non-empty substring that starts and ends at word boundaries.
+    Words,
+}
+
+/// The marker of a string spec under `x-formwork-source`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    pub mode: SourceMode,
+    /// JSON Pointer of the keyword.
+    pub pointer: String,
+}
+
+#[derive(Debug, Clone)]
 pub struct ArrSpec {
     pub prefix: Vec<NodeId>,
     /// Items after the prefix; `None`: no more items allowed.
@@ -88,7 +109,7 @@ pub struct ArrSpec {
     pub unique: Vec<u32>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct PropSpec {
     pub name: String,
     /// The key as it appears between the quotes (canonical JSON escaping).
@@ -97,7 +118,7 @@ pub struct PropSpec {
     pub required: bool,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ObjSpec {
     pub props: Vec<PropSpec>,
     /// Schema of unlisted keys, generated after the listed ones; `None`: never generated.
@@ -110,7 +131,7 @@ pub struct ObjSpec {
 }
 
 /// A trie over encoded key bodies; node 0 is the root.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct KeyTrie {
     pub next: Vec<Vec<(u8, u32)>>,
     pub terminal: Vec<bool>,
@@ -155,7 +176,7 @@ impl KeyTrie {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Ir {
     pub nodes: Vec<Node>,
     pub root: NodeId,
@@ -256,6 +277,9 @@ impl Ir {
                                 format!(" {}", s.desc)
                             }
                         );
+                        if let Some(src) = &s.source {
+                            let _ = write!(o, " source {:?} ({})", src.mode, src.pointer);
+                        }
                     }
                     Alt::Arr(k) => {
                         let s = &self.arrs[k as usize];

@@ -8,6 +8,7 @@ pub mod ir;
 pub mod matcher;
 pub mod sample;
 pub mod schema;
+pub mod source;
 pub mod toktrie;
 
 pub use automaton::ByteAutomaton;

@@ -62,6 +62,11 @@ pub struct BenchArgs {
     /// How the examples are picked: bm25 (most similar to the record) or first.
     #[arg(long, value_enum, default_value = "bm25")]
     pub pick: Pick,
+    /// Mark every nullable free-text string of each schema as a span of its record's
+    /// text (`x-formwork-source`, docs/source.md): `substring` (the default) or `words`.
+    #[arg(long, value_name = "MODE", num_args = 0..=1, require_equals = true,
+          default_missing_value = "substring", value_parser = super::parse_source_mode)]
+    pub source_strings: Option<formwork_grammar::source::SourceMode>,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -150,6 +155,11 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
     let mut cases = bench::read_dataset(&dataset, a.limit)?;
     if let Some(n) = a.sample {
         cases = bench::spread(cases, n);
+    }
+    if let Some(m) = a.source_strings {
+        for c in &mut cases {
+            c.schema = crate::engine::source::mark_free_text(&c.schema, m);
+        }
     }
     anyhow::ensure!(
         !cases.is_empty(),

@@ -98,6 +98,11 @@ pub struct ExtractArgs {
     /// bm25: the K most similar to the document; first: the first K of the file.
     #[arg(long, value_enum, default_value = "bm25")]
     pub pick: Pick,
+    /// Mark every nullable free-text string of the schema as a span of the document
+    /// (`x-formwork-source`, docs/source.md): `substring` (the default) or `words`.
+    #[arg(long, value_name = "MODE", num_args = 0..=1, require_equals = true,
+          default_missing_value = "substring", value_parser = super::parse_source_mode)]
+    pub source_strings: Option<formwork_grammar::source::SourceMode>,
 }
 
 pub fn read_schema(path: &Path) -> anyhow::Result<serde_json::Value> {
@@ -119,7 +124,10 @@ fn read_input(input: &str) -> anyhow::Result<String> {
 }
 
 pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
-    let schema_value = read_schema(&a.schema)?;
+    let mut schema_value = read_schema(&a.schema)?;
+    if let Some(m) = a.source_strings {
+        schema_value = crate::engine::source::mark_free_text(&schema_value, m);
+    }
     let config = formwork_grammar::compile::Config {
         lenient: a.lenient,
         ..Default::default()

@@ -15,6 +15,12 @@ pub mod generate;
 pub mod models;
 pub mod validate;
 
+/// `--source-strings[=substring|words]` (see `docs/source.md`).
+pub fn parse_source_mode(s: &str) -> Result<formwork_grammar::source::SourceMode, String> {
+    formwork_grammar::source::SourceMode::parse(s)
+        .ok_or_else(|| format!("{s:?} is not `substring` or `words`"))
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "formwork",

@@ -1,4 +1,4 @@
-//! `formwork validate --schema S [FILE|-] [--tolerant] [--json]`
+//! `formwork validate --schema S [FILE|-] [--tolerant] [--json] [--source DOC]`
 //!
 //! Exit codes: 0 valid; 1 invalid for the schema or for its `x-formwork-rules`; 2 the input
 //! is not JSON, or the schema is unusable (one line on stderr).
@@ -29,6 +29,11 @@ pub struct ValidateArgs {
     /// Print the verdict as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// The source document: every `x-formwork-source` string must be a span of it
+    /// (a `semantic` error typed `not_in_source` otherwise). Without it the keyword is
+    /// not checked.
+    #[arg(long, value_name = "FILE")]
+    pub source: Option<PathBuf>,
 }
 
 pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
@@ -41,8 +46,15 @@ pub fn run(args: ValidateArgs) -> anyhow::Result<ExitCode> {
             crate::validate::ParseError::from_serde(&e)
         )
     })?;
-    let validator = Validator::new(&schema)
-        .map_err(|e| anyhow::anyhow!("schema {}: {e}", args.schema.display()))?;
+    let validator = match &args.source {
+        Some(p) => {
+            let doc = std::fs::read_to_string(p)
+                .with_context(|| format!("reading source document {}", p.display()))?;
+            Validator::with_source(&schema, &doc)
+        }
+        None => Validator::new(&schema),
+    }
+    .map_err(|e| anyhow::anyhow!("schema {}: {e}", args.schema.display()))?;
 
     let (text, source) = match &args.input {
         None => (read_stdin()?, "<stdin>".to_string()),

@@ -15,11 +15,12 @@
 
 pub mod decode;
 pub mod prompt;
+pub mod source;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use formwork_grammar::compile::{compile, CompileError, Config};
+use formwork_grammar::compile::{compile, Automaton, CompileError, Config};
 use formwork_grammar::matcher::{Grammar, Matcher};
 use formwork_grammar::toktrie::TokTrie;
 use formwork_models::runtime::{LanguageModel, LoadedModel};
@@ -69,6 +70,9 @@ pub struct Schema {
     pub sha256: String,
     pub validator: Validator,
     grammar: Option<Arc<Grammar>>,
+    /// With `x-formwork-source` strings: the compiled automaton, from which each
+    /// document gets its own grammar ([`Schema::grammar_for`]).
+    automaton: Option<Arc<Automaton>>,
     config: Config,
 }
 
@@ -83,6 +87,7 @@ impl Schema {
             sha256,
             validator,
             grammar: None,
+            automaton: None,
             config: Config::default(),
         })
     }
@@ -90,6 +95,7 @@ impl Schema {
     pub fn with_config(mut self, config: Config) -> Self {
         self.config = config;
         self.grammar = None;
+        self.automaton = None;
         self
     }
 
@@ -98,9 +104,24 @@ impl Schema {
         if let Some(g) = &self.grammar {
             return Ok(g.clone());
         }
-        let g = Grammar::new(compile(&self.value, &self.config)?);
+        let a = compile(&self.value, &self.config)?;
+        if a.uses_source() {
+            self.automaton = Some(a.clone());
+        }
+        let g = Grammar::new(a);
         self.grammar = Some(g.clone());
         Ok(g)
+    }
+
+    /// The grammar for one document: the shared one, unless the schema marks strings
+    /// with `x-formwork-source`; then a grammar of its own, whose strings take only spans
+    /// of `document` (its caches live and die with it, the shared ones never see it).
+    pub fn grammar_for(&mut self, document: &str) -> Result<Arc<Grammar>, CompileError> {
+        let shared = self.grammar()?;
+        match &self.automaton {
+            Some(a) => Ok(Grammar::new(a.with_source(document)?)),
+            None => Ok(shared),
+        }
     }
 }
 
@@ -362,7 +383,7 @@ impl Engine {
         ex: &mut Extraction,
     ) -> anyhow::Result<()> {
         let started = Instant::now();
-        let grammar = schema.grammar()?;
+        let grammar = schema.grammar_for(document)?;
         let system =
             prompt::system_message(&schema.value, opts.prompt, opts.instructions.as_deref());
         let messages = prompt::conversation(&system, &opts.examples, document);

@@ -70,6 +70,7 @@ pub mod extract;
 pub mod number;
 pub mod render;
 pub mod rules;
+pub mod source;
 
 pub use extract::{extract_json, Extracted};
 pub use render::render_pydantic;
@@ -328,6 +329,9 @@ pub struct Validator {
     schema: jsonschema::Validator,
     /// The same schema with `x-formwork-rules` live; `None` when the schema has no rules.
     rules: Option<jsonschema::Validator>,
+    /// The same schema with `x-formwork-source` live against one document; `None`
+    /// without a document ([`Validator::with_source`]) or without the keyword.
+    source: Option<jsonschema::Validator>,
     title: String,
     draft: Draft,
 }
@@ -408,9 +412,35 @@ impl Validator {
         Ok(Validator {
             schema: compiled,
             rules,
+            source: None,
             title,
             draft,
         })
+    }
+
+    /// Like [`Validator::new`], and every `x-formwork-source` string must also be a span
+    /// of `doc` (after JSON decoding): a value that is not is a `semantic` failure typed
+    /// `not_in_source`, checked once the schema verdict is clean, beside the rules.
+    pub fn with_source(schema: &Value, doc: &str) -> Result<Validator, SchemaError> {
+        let mut v = Validator::new(schema)?;
+        if source::mentions_source(schema) {
+            let doc: Arc<str> = Arc::from(doc);
+            let opts = base_options(v.draft).with_keyword(
+                source::KEYWORD,
+                move |_parent: &serde_json::Map<String, Value>,
+                      value: &Value,
+                      location: jsonschema::paths::Location| {
+                    source::SourceCheck::compile(value, doc.clone(), &location.to_string())
+                        .map(|r| Box::new(r) as Box<dyn for<'i> jsonschema::Keyword<'i>>)
+                        .map_err(|msg| jsonschema::ValidationError::custom(msg))
+                },
+            );
+            v.source = Some(
+                opts.build(schema)
+                    .map_err(|e| schema_error_from_build(&e))?,
+            );
+        }
+        Ok(v)
     }
 
     /// The schema's `title`, or `Model` when it has none: "2 validation errors for Decisione".
@@ -487,14 +517,19 @@ impl Validator {
         if !out.is_empty() {
             return Err(Verdict::SchemaInvalid(out));
         }
+        let mut sem = Vec::new();
         if let Some(rv) = &self.rules {
-            let mut sem = Vec::new();
             for err in rv.iter_errors(value) {
                 rules::collect_rule_errors(&err, value, &mut sem);
             }
-            if !sem.is_empty() {
-                return Err(Verdict::SemanticInvalid(sem));
+        }
+        if let Some(sv) = &self.source {
+            for err in sv.iter_errors(value) {
+                source::collect_source_errors(&err, value, &mut sem, 0);
             }
+        }
+        if !sem.is_empty() {
+            return Err(Verdict::SemanticInvalid(sem));
         }
         Ok(())
     }

@@ -230,6 +230,173 @@ impl Dfa {
         }
     }
 
+    /// The non-empty substrings of `doc` (its bytes, which are UTF-8): the suffix
+    /// automaton (Blumer et al.), built online in O(n) states and transitions, as a
+    /// table with one class per byte the document holds. Every state but the start
+    /// accepts. Err when it would need more than `max_states` states.
+    pub(crate) fn substrings(doc: &[u8], max_states: usize) -> Result<Dfa, String> {
+        // Online construction over byte maps; states 0.. here, shifted by one below.
+        struct St {
+            len: u32,
+            link: i32,
+            next: Vec<(u8, u32)>,
+        }
+        let get = |st: &St, b: u8| st.next.iter().find(|e| e.0 == b).map(|e| e.1);
+        let set = |st: &mut St, b: u8, t: u32| match st.next.iter_mut().find(|e| e.0 == b) {
+            Some(e) => e.1 = t,
+            None => st.next.push((b, t)),
+        };
+        if 2 * doc.len() + 1 > max_states {
+            return Err(format!(
+                "more than {max_states} DFA states (a document of {} bytes)",
+                doc.len()
+            ));
+        }
+        let mut sts = vec![St {
+            len: 0,
+            link: -1,
+            next: Vec::new(),
+        }];
+        let mut last = 0u32;
+        for &c in doc {
+            let cur = sts.len() as u32;
+            sts.push(St {
+                len: sts[last as usize].len + 1,
+                link: 0,
+                next: Vec::new(),
+            });
+            let mut p = last as i32;
+            while p >= 0 && get(&sts[p as usize], c).is_none() {
+                set(&mut sts[p as usize], c, cur);
+                p = sts[p as usize].link;
+            }
+            if p >= 0 {
+                let q = get(&sts[p as usize], c).expect("found above");
+                if sts[p as usize].len + 1 == sts[q as usize].len {
+                    sts[cur as usize].link = q as i32;
+                } else {
+                    let clone = sts.len() as u32;
+                    let st = St {
+                        len: sts[p as usize].len + 1,
+                        link: sts[q as usize].link,
+                        next: sts[q as usize].next.clone(),
+                    };
+                    sts.push(st);
+                    while p >= 0 && get(&sts[p as usize], c) == Some(q) {
+                        set(&mut sts[p as usize], c, clone);
+                        p = sts[p as usize].link;
+                    }
+                    sts[q as usize].link = clone as i32;
+                    sts[cur as usize].link = clone as i32;
+                }
+            }
+            last = cur;
+        }
+        let (classes, nclasses) = doc_classes(doc);
+        let n = sts.len() + 1;
+        let mut trans = vec![0u32; n * nclasses];
+        for (i, st) in sts.iter().enumerate() {
+            for &(b, t) in &st.next {
+                trans[(i + 1) * nclasses + classes[b as usize] as usize] = t + 1;
+            }
+        }
+        let mut accept = vec![true; n];
+        accept[0] = false;
+        accept[1] = false;
+        Ok(Dfa {
+            classes,
+            nclasses,
+            trans,
+            accept,
+            start: 1,
+        }
+        .prune())
+    }
+
+    /// The non-empty substrings `doc[i..j]` with `i` and `j` at word boundaries: `i` is 0
+    /// or follows a character that is not alphanumeric (`char::is_alphanumeric`), `j` is
+    /// the end or precedes a character that is not alphanumeric. By subset construction
+    /// over the positions: a state is the set of end offsets of the occurrences of the
+    /// text read so far that start at a boundary, and accepts when one of them ends at a
+    /// boundary. Err beyond `max_states` states or when `deadline` passes.
+    pub(crate) fn word_spans(
+        doc: &str,
+        max_states: usize,
+        deadline: &Deadline,
+    ) -> Result<Dfa, String> {
+        let bytes = doc.as_bytes();
+        let n = bytes.len();
+        let mut starts = Vec::new();
+        let mut ends = vec![false; n + 1];
+        let mut prev_alnum = false;
+        for (i, ch) in doc.char_indices() {
+            if !prev_alnum {
+                starts.push(i as u32);
+            }
+            let a = ch.is_alphanumeric();
+            if i > 0 && !a {
+                ends[i] = true;
+            }
+            prev_alnum = a;
+        }
+        ends[n] = true;
+        let (classes, nclasses) = doc_classes(bytes);
+        let mut ids: std::collections::HashMap<Vec<u32>, u32> = Default::default();
+        let mut order: Vec<Vec<u32>> = vec![starts.clone()];
+        ids.insert(starts, 1);
+        let mut trans = vec![0u32; 2 * nclasses];
+        let mut accept = vec![false, false];
+        let mut i = 0;
+        let mut by_class: Vec<Vec<u32>> = vec![Vec::new(); nclasses];
+        while i < order.len() {
+            if i % CLOCK_EVERY == 0 && deadline.expired() {
+                return Err(OUT_OF_TIME.into());
+            }
+            let me = i + 1;
+            let cur = std::mem::take(&mut order[i]);
+            if i > 0 {
+                accept[me] = cur.iter().any(|&p| ends[p as usize]);
+            }
+            for &p in &cur {
+                if (p as usize) < n {
+                    by_class[classes[bytes[p as usize] as usize] as usize].push(p + 1);
+                }
+            }
+            for (c, set) in by_class.iter_mut().enumerate() {
+                if set.is_empty() {
+                    continue;
+                }
+                let set = std::mem::take(set);
+                let id = match ids.get(&set) {
+                    Some(&id) => id,
+                    None => {
+                        let id = (order.len() + 1) as u32;
+                        if id as usize > max_states {
+                            return Err(format!(
+                                "more than {max_states} DFA states (a document of {n} bytes)"
+                            ));
+                        }
+                        ids.insert(set.clone(), id);
+                        order.push(set);
+                        trans.extend(std::iter::repeat_n(0, nclasses));
+                        accept.push(false);
+                        id
+                    }
+                };
+                trans[me * nclasses + c] = id;
+            }
+            i += 1;
+        }
+        Ok(Dfa {
+            classes,
+            nclasses,
+            trans,
+            accept,
+            start: 1,
+        }
+        .prune())
+    }
+
     /// Sends every state that cannot reach a match to the dead state 0 and renumbers.
     fn prune(self) -> Dfa {
         let n = self.accept.len();
@@ -283,6 +450,24 @@ impl Dfa {
             start,
         }
     }
+}
+
+/// One class per byte value `doc` holds, plus class 0 for every other byte (always dead).
+fn doc_classes(doc: &[u8]) -> ([u8; 256], usize) {
+    let mut present = [false; 256];
+    for &b in doc {
+        present[b as usize] = true;
+    }
+    let mut classes = [0u8; 256];
+    let mut n = 1usize;
+    for b in 0..256 {
+        if present[b] {
+            classes[b] = n as u8;
+            n += 1;
+        }
+    }
+    // 256 distinct bytes cannot occur in UTF-8 text (0xC0, 0xC1, 0xF5..=0xFF never do).
+    (classes, n)
 }
 
 /// For each DFA state, the set of character counts (counting UTF-8 lead bytes) of the

@@ -1349,6 +1349,9 @@ impl Machine {
         } = *f
         {
             let sp = &self.ir.strs[spec as usize];
+            if sp.max.is_some_and(|m| m < sp.min) {
+                return None; // no length fits (a marked string with no span)
+            }
             if sp.dfa.is_none() && sp.excl.is_none() {
                 // Finish the pending character, pad to the minimum, close.
                 let mut out = Vec::new();

@@ -71,6 +71,9 @@ struct Typed {
     pnames: Key,
     /// `uniqueItems: true`, with its pointer (the first one when several are merged).
     uniq: Option<String>,
+    /// `x-formwork-source`, with its pointer (`words` wins when both are merged: it is
+    /// the narrower).
+    src: Option<(SourceMode, String)>,
 }
 
 impl Typed {
@@ -98,6 +101,7 @@ impl Typed {
             pprops: Vec::new(),
             pnames: Vec::new(),
             uniq: None,
+            src: None,
         }
     }
     fn item_key(&self, i: usize) -> Key {
@@ -240,6 +244,14 @@ fn intersect(
     r.pprops.extend(b.pprops.iter().cloned());
     r.pnames = union_key(&a.pnames, &b.pnames);
     r.uniq = a.uniq.clone().or_else(|| b.uniq.clone());
+    r.src = match (&a.src, &b.src) {
+        (None, x) | (x, None) => x.clone(),
+        (Some(x), Some(y)) => Some(if y.0 == SourceMode::Words && x.0 != SourceMode::Words {
+            y.clone()
+        } else {
+            x.clone()
+        }),
+    };
     r.omin = a.omin.max(b.omin);
     r.omax = min_opt(a.omax, b.omax);
     r.lits = match (&a.lits, &b.lits) {
@@ -908,6 +920,19 @@ impl<'a> Builder<'a> {
                     }
                 }
                 "then" | "else" => {}
+                "x-formwork-source" => {
+                    let mode = match x.as_str() {
+                        Some("substring") => SourceMode::Substring,
+                        Some("words") => SourceMode::Words,
+                        _ => {
+                            return Err(Self::invalid(
+                                &kp,
+                                format!("x-formwork-source is {x}, not \"substring\" or \"words\""),
+                            ))
+                        }
+                    };
+                    base.src = Some((mode, kp.clone()));
+                }
                 "dependencies" | "dependentRequired" | "dependentSchemas" => {
                     // Exact: for each trigger, either it is absent or the dependency holds.
                     let o = x
@@ -2001,6 +2026,15 @@ impl<'a> Builder<'a> {
 
     fn lower(&mut self, t: &Typed, ptr: &str, alts: &mut Vec<Alt>) -> Result<(), CompileError> {
         if let Some(lits) = &t.lits {
+            if let Some((_, sp)) = &t.src {
+                if t.t & T_STR != 0 {
+                    self.unsupported(
+                        "x-formwork-source",
+                        sp,
+                        "enum or const with x-formwork-source: the listed values are not checked against the document",
+                    )?;
+                }
+            }
             let ids = self.literal_ids(t).map_err(|e| at_ptr(e, ptr))?;
             self.fmt_lits += lits.len() - ids.len();
             let mut seen: HashSet<Alt> = alts.iter().copied().collect();
@@ -2050,6 +2084,12 @@ impl<'a> Builder<'a> {
                 self.unsupported("format", p, &format!("format {f:?} is not enforced"))?;
             }
             if let Some(s) = self.str_spec(t.smin, t.smax, &t.pats, None, ptr)? {
+                if let Some((mode, sp)) = &t.src {
+                    self.ir.strs[s as usize].source = Some(Source {
+                        mode: *mode,
+                        pointer: sp.clone(),
+                    });
+                }
                 alts.push(Alt::Str(s));
             }
         }
@@ -2250,6 +2290,7 @@ impl<'a> Builder<'a> {
             lens,
             excl,
             desc,
+            source: None,
         });
         Ok(Some(self.ir.strs.len() as u32 - 1))
     }
