@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Rescore an old `formwork bench` report.json (from before the slot measures) with the
 measures the bench now computes: the all-null baseline, slot precision/recall/F1, false
-fills and misses, per mode. Same rules as src/bench/mod.rs: empty = null, absent or
+fills and misses, per mode; with a third argument (another report.json), only the records
+whose ids that report also has (to compare runs on the same records). Same rules as src/bench/mod.rs: empty = null, absent or
 false; strings compared trimmed and lowercased; a record that does not conform fills
-nothing. Usage: scripts/rescore_report.py DATASET.jsonl REPORT.json"""
+nothing. Usage: scripts/rescore_report.py DATASET.jsonl REPORT.json [ONLY_IDS_OF.json]"""
 import json
 import sys
 
@@ -40,8 +41,13 @@ for line in open(sys.argv[1]):
         d = json.loads(line)
         gold[d["id"]] = d["expected"]
 report = json.load(open(sys.argv[2]))
+only = None
+if len(sys.argv) > 3:
+    only = {r["id"] for r in json.load(open(sys.argv[3]))["records"]}
 modes = {}
 for r in report["records"]:
+    if only is not None and r["id"] not in only:
+        continue
     m = modes.setdefault(r["mode"], dict(n=0, total=0, right=0, gold_empty=0, hit=0, wrong=0, ff=0, miss=0, emp=0))
     m["n"] += 1
     conforming = r["verdict"] in ("valid", "semantic_invalid")
