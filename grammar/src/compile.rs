@@ -325,7 +325,7 @@ impl Automaton {
             let d = match joined.get(&key) {
                 Some(&d) => d,
                 None => {
-                    if !spans.contains_key(&src.mode) {
+                    if let std::collections::hash_map::Entry::Vacant(slot) = spans.entry(src.mode) {
                         let built = match src.mode {
                             SourceMode::Substring => {
                                 Dfa::substrings(doc.as_bytes(), lim.source_states)
@@ -342,7 +342,7 @@ impl Automaton {
                                 lim.source_states,
                             )
                         })?;
-                        spans.insert(src.mode, span);
+                        slot.insert(span);
                     }
                     let span = &spans[&src.mode];
                     let dfa = match ir.strs[i].dfa {
