@@ -130,6 +130,32 @@ fn gemma_base_model_uses_the_raw_prompt_and_says_so() {
 }
 
 #[test]
+fn qwen_coder_answers_with_code_through_its_chat_template() {
+    let Some(home) = home_with("qwen2.5-coder-0.5b/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf") else {
+        return;
+    };
+    let out = formwork()
+        .args([
+            "generate",
+            "--model",
+            "qwen2.5-coder-0.5b",
+            "--prompt",
+            "Write a Python function add(a, b) that returns a + b. Only the code.",
+            "--max-tokens",
+            "48",
+        ])
+        .env("FORMWORK_HOME", &home)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    // Greedy: the chat template's answer is the function, and <|im_end|> ends it.
+    assert!(stdout.contains("def add(a, b)"), "{stdout}");
+    assert!(!stdout.contains("<|im_end|>"), "{stdout}");
+}
+
+#[test]
 fn unknown_model_is_one_line_exit_2() {
     let out = formwork()
         .args(["generate", "--prompt", "hi", "--model", "no-such-model"])

@@ -5,11 +5,11 @@
 //! cargo bench -p formwork-grammar --bench masks [--features llguidance-bench]
 //! FORMWORK_BENCH_N=200  schemas sampled (every k-th file in sorted order; 0 = all)
 //! FORMWORK_BENCH_FILTER=o21135  only schema paths containing this text
-//! FORMWORK_BENCH_MODEL=smollm2  one vocabulary only (smollm2 or gemma3)
+//! FORMWORK_BENCH_MODEL=smollm2  one vocabulary only (smollm2, gemma3 or qwen2.5)
 //! FORMWORK_BENCH_REPEAT=50  replay each first document 50 more times, cold (for perf)
 //! FORMWORK_BENCH_PROBE=75  one line per mask slower than 75 µs: time, text before, state
 //! FORMWORK_SHARED=..    folder holding data/jsonschemabench (default ../shared)
-//! FORMWORK_MODELS=..    folder holding smollm2-135m/ and gemma3-270m/ GGUF files
+//! FORMWORK_MODELS=..    folder holding smollm2-135m/, gemma3-270m/, qwen2.5-coder-0.5b/
 //! ```
 //!
 //! Per vocabulary it prints mean/p50/p99/max of the mask time over all tokens of the

@@ -8,7 +8,9 @@
 //!
 //! - `gpt2`: byte-level BPE with the merges stored in the file. The pre-tokenizer comes from
 //!   `tokenizer.ggml.pre`: `smollm` splits digits one by one, then applies the GPT-2 regex;
-//!   `gpt-2` applies the GPT-2 regex alone. Any other value is an error naming it.
+//!   `gpt-2` applies the GPT-2 regex alone; `qwen2` applies llama.cpp's Qwen2 regex (single
+//!   digits, letters with one leading non-letter, punctuation runs with their newlines).
+//!   Any other value is an error naming it.
 //! - `llama`: SentencePiece-style BPE. Spaces become `▁`, characters missing from the
 //!   vocabulary fall back to `<0xNN>` byte tokens. The file stores scores but no merges; llama.cpp
 //!   repeatedly joins the adjacent pair whose concatenation is the vocabulary token with the
@@ -32,9 +34,10 @@ use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence as PreTokenizerSequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{
     AddedToken, AddedVocabulary, DecoderWrapper, Model, NormalizerWrapper, OffsetReferential,
-    OffsetType, PreTokenizer, PreTokenizerWrapper, Tokenizer,
+    OffsetType, PreTokenizer, PreTokenizerWrapper, SplitDelimiterBehavior, Tokenizer,
 };
 
 use crate::error::{ModelError, Result};
@@ -48,6 +51,12 @@ mod token_type {
     pub const UNUSED: i32 = 5;
     pub const BYTE: i32 = 6;
 }
+
+/// llama.cpp's pre-tokenizer regex for `tokenizer.ggml.pre` = `qwen2` (`src/llama-vocab.cpp`,
+/// `LLAMA_VOCAB_PRE_TYPE_QWEN2`): Qwen2's `tokenizer.json` pattern with the case-insensitive
+/// contractions spelled out. `\s+(?!\S)` needs look-ahead, which the tokenizers crate's
+/// Oniguruma regex has.
+const QWEN2_PRE_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// Texts of end-of-turn tokens that end a generation besides `eos_token_id`, when the file has
 /// them as control tokens (the same list llama.cpp uses for its end-of-generation set).
@@ -400,6 +409,18 @@ impl GgufTokenizer {
                 let pre = meta.string("tokenizer.ggml.pre")?.unwrap_or("default");
                 let byte_level = ByteLevel::new(false, true, true);
                 let pre_tokenizer: PreTokenizerWrapper = match pre {
+                    // The regex splits; byte-level mapping follows without GPT-2's regex.
+                    "qwen2" => PreTokenizerSequence::new(vec![
+                        Split::new(
+                            SplitPattern::Regex(QWEN2_PRE_REGEX.to_string()),
+                            SplitDelimiterBehavior::Isolated,
+                            false,
+                        )
+                        .map_err(|e| meta_err("tokenizer.ggml.pre", format!("qwen2 regex: {e}")))?
+                        .into(),
+                        ByteLevel::new(false, true, false).into(),
+                    ])
+                    .into(),
                     "smollm" => PreTokenizerSequence::new(vec![
                         Digits::new(true).into(),
                         byte_level.into(),
@@ -409,7 +430,7 @@ impl GgufTokenizer {
                     other => {
                         return Err(meta_err(
                             "tokenizer.ggml.pre",
-                            format!("pre-tokenizer `{other}` is not supported for `gpt2` tokenizers; formwork supports `smollm` and `gpt-2`"),
+                            format!("pre-tokenizer `{other}` is not supported for `gpt2` tokenizers; formwork supports `smollm`, `gpt-2` and `qwen2`"),
                         ))
                     }
                 };

@@ -8,6 +8,14 @@ use formwork_models::chat::{render_chat, ChatMessage};
 use formwork_models::tokenizer::GgufTokenizer;
 use formwork_models::ModelError;
 
+fn formwork_home() -> PathBuf {
+    std::env::var_os("FORMWORK_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/formwork")
+        })
+}
+
 /// `tokenizer.chat_template` of SmolLM2-135M-Instruct.Q4_1.gguf, copied here so the render
 /// checks run without the model; `smollm2_template_from_gguf` checks the copy is exact.
 const SMOLLM2_TEMPLATE: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
@@ -46,6 +54,66 @@ const GEMMA3_IT_TEMPLATE: &str = r#"{{ bos_token }}
 {%- if add_generation_prompt -%}
     {{'<start_of_turn>model\n'}}
 {%- endif -%}
+"#;
+
+/// `tokenizer.chat_template` of the Qwen2.5-Coder-0.5B-Instruct GGUF (`qwen2.5-coder-0.5b`),
+/// copied here so the render checks run without the model; `qwen25_template_from_gguf`
+/// checks the copy is exact. It reads `message.tool_calls` and `tools`, which our messages
+/// lack: undefined, hence false, as in Python Jinja.
+const QWEN25_TEMPLATE: &str = r#"{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- messages[0]['content'] }}
+    {%- else %}
+        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}
+    {%- endif %}
+    {{- "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n" }}
+{%- else %}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}
+    {%- else %}
+        {{- '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n' }}
+    {%- endif %}
+{%- endif %}
+{%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
+        {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}
+    {%- elif message.role == "assistant" %}
+        {{- '<|im_start|>' + message.role }}
+        {%- if message.content %}
+            {{- '\n' + message.content }}
+        {%- endif %}
+        {%- for tool_call in message.tool_calls %}
+            {%- if tool_call.function is defined %}
+                {%- set tool_call = tool_call.function %}
+            {%- endif %}
+            {{- '\n<tool_call>\n{"name": "' }}
+            {{- tool_call.name }}
+            {{- '", "arguments": ' }}
+            {{- tool_call.arguments | tojson }}
+            {{- '}\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\n<tool_response>\n' }}
+        {{- message.content }}
+        {{- '\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+{%- endif %}
 "#;
 
 fn msgs(pairs: &[(&str, &str)]) -> Vec<ChatMessage> {
@@ -95,12 +163,7 @@ fn smollm2_default_system_prompt_and_no_generation_prompt() {
 /// with the special tokens recognised.
 #[test]
 fn smollm2_template_from_gguf() {
-    let home = std::env::var_os("FORMWORK_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/formwork")
-        });
-    let path = home.join("models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let path = formwork_home().join("models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf");
     if !path.exists() {
         eprintln!(
             "SKIPPED: model not fetched ({}); run formwork models fetch smollm2-135m",
@@ -195,4 +258,83 @@ fn template_errors_name_the_line() {
         panic!("expected a chat template error, got {err:?}");
     };
     assert!(msg.contains("line 2"), "{msg}");
+}
+
+#[test]
+fn qwen25_chatml_system_user_generation_prompt() {
+    let text = render_chat(
+        QWEN25_TEMPLATE,
+        &msgs(&[("system", "You are terse."), ("user", "What is 2+2?")]),
+        true,
+        "<|endoftext|>",
+        "<|im_end|>",
+    )
+    .unwrap();
+    assert_eq!(
+        text,
+        "<|im_start|>system\nYou are terse.<|im_end|>\n\
+         <|im_start|>user\nWhat is 2+2?<|im_end|>\n\
+         <|im_start|>assistant\n"
+    );
+}
+
+#[test]
+fn qwen25_default_system_prompt_and_assistant_turn() {
+    let text = render_chat(
+        QWEN25_TEMPLATE,
+        &msgs(&[("user", "Hi"), ("assistant", "Hello!")]),
+        false,
+        "<|endoftext|>",
+        "<|im_end|>",
+    )
+    .unwrap();
+    assert_eq!(
+        text,
+        "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n\
+         <|im_start|>user\nHi<|im_end|>\n\
+         <|im_start|>assistant\nHello!<|im_end|>\n"
+    );
+}
+
+/// The template in the Qwen GGUF file is the one copied above, and its rendered prompt
+/// tokenizes with the special tokens recognised.
+#[test]
+fn qwen25_template_from_gguf() {
+    let path =
+        formwork_home().join("models/qwen2.5-coder-0.5b/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+    if !path.exists() {
+        eprintln!(
+            "SKIPPED: model not fetched ({}); run formwork models fetch qwen2.5-coder-0.5b",
+            path.display()
+        );
+        return;
+    }
+    let content = Content::read(&mut File::open(&path).unwrap()).unwrap();
+    let tok = GgufTokenizer::from_gguf(&content).unwrap();
+    assert_eq!(tok.chat_template(), Some(QWEN25_TEMPLATE));
+    let bos = tok.token_text(tok.bos_id().unwrap()).unwrap();
+    let eos = tok.token_text(tok.eos_ids()[0]).unwrap();
+    assert_eq!((bos, eos), ("<|endoftext|>", "<|im_end|>"));
+    let text = render_chat(
+        tok.chat_template().unwrap(),
+        &msgs(&[("system", "S"), ("user", "U")]),
+        true,
+        bos,
+        eos,
+    )
+    .unwrap();
+    let ids = tok.encode(&text).unwrap();
+    // <|im_start|> = 151644, <|im_end|> = 151645: three turns opened, two closed.
+    assert_eq!(
+        ids.iter().filter(|&&id| id == 151_644).count(),
+        3,
+        "{ids:?}"
+    );
+    assert_eq!(
+        ids.iter().filter(|&&id| id == 151_645).count(),
+        2,
+        "{ids:?}"
+    );
+    assert_eq!(ids[0], 151_644);
+    assert_eq!(tok.decode(&ids).unwrap(), text);
 }

@@ -1,6 +1,8 @@
 //! Tokenizer parity with llama.cpp: for 322 strings per model, the ids of
 //! `GgufTokenizer::encode` must equal llama.cpp's (`llama_tokenize`, add_special=false,
-//! parse_special=true) on the same GGUF file, recorded in `testdata/*.golden-ids.json`.
+//! parse_special=true) on the same GGUF file, recorded in `testdata/*.golden-ids.json`
+//! (SmolLM2 and Gemma 3 as in `../shared/fixtures/tokenizers`; Qwen2.5-Coder made by
+//! `testdata/golden-ids.py` with llama.cpp's `llama-tokenize`).
 //!
 //! The tokenizer is built from the GGUF metadata of the fetched model
 //! (`$FORMWORK_HOME/models/...`, FORMWORK_HOME defaulting to `~/.cache/formwork`); when the
@@ -223,6 +225,42 @@ fn gemma3_matches_llama_cpp() {
     // Byte fallback: <0x00> is byte 0, and "▁t" is " t".
     assert_eq!(tok.token_bytes()[238], [0u8]);
     assert_eq!(tok.token_bytes()[494], b" t");
+}
+
+#[test]
+fn qwen2_matches_llama_cpp() {
+    let name = "qwen2.5-coder-0.5b";
+    let Some(tok) = load(name, "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf") else {
+        return;
+    };
+    let golden = check_parity(name, &tok);
+    check_plain(name, &tok, &golden);
+    check_stream(name, &tok, &golden);
+
+    // <|endoftext|> is BOS (never added) and ends a text; <|im_end|> ends a turn.
+    assert_eq!(tok.bos_id(), Some(151_643));
+    assert!(!tok.add_bos());
+    assert_eq!(tok.token_text(151_643), Some("<|endoftext|>"));
+    assert_eq!(tok.token_text(151_645), Some("<|im_end|>"));
+    assert_eq!(
+        tok.eos_ids(),
+        &[151_645, 151_643],
+        "<|im_end|> then <|endoftext|>"
+    );
+    assert_eq!(tok.encode("<|im_start|>").unwrap(), vec![151_644]);
+    assert!(tok.is_special(151_644) && tok.is_special(151_645));
+    assert!(!tok.encode_plain("<|im_start|>").unwrap().contains(&151_644));
+    // The 271 padding entries past the last real token are unused: never produced.
+    assert!(tok.is_special(151_935));
+    // Byte-level BPE undone, and the qwen2 split: digits one by one, letters with their
+    // leading space.
+    let ids = tok.encode(" world 2024").unwrap();
+    let pieces: Vec<&[u8]> = ids
+        .iter()
+        .map(|&id| tok.token_bytes()[id as usize].as_slice())
+        .collect();
+    assert_eq!(pieces, [&b" world"[..], b" ", b"2", b"0", b"2", b"4"]);
+    assert!(tok.chat_template().unwrap().contains("<|im_start|>"));
 }
 
 /// A character split across byte tokens comes out whole, once, from TokenStream.

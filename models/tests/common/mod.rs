@@ -50,3 +50,21 @@ pub fn gemma3_path() -> Option<PathBuf> {
     let p = home.join("models/gemma3-270m/gemma-3-270m-q4_k_m.gguf");
     p.exists().then_some(p)
 }
+
+/// The Qwen2.5-Coder GGUF: `FORMWORK_QWEN2_GGUF`, else the model cache; None (after
+/// printing the `SKIPPED:` note) when absent. Also sets `CANDLE_BARRIER_POOL_SPIN_LIMIT=0`.
+pub fn qwen2_path() -> Option<PathBuf> {
+    std::env::set_var("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0");
+    let path = match std::env::var_os("FORMWORK_QWEN2_GGUF") {
+        Some(p) => PathBuf::from(p),
+        None => registry::model_path(registry::lookup("qwen2.5-coder-0.5b").unwrap()),
+    };
+    if !path.is_file() {
+        eprintln!(
+            "SKIPPED: {} is absent; run `formwork models fetch qwen2.5-coder-0.5b` (or set FORMWORK_HOME)",
+            path.display()
+        );
+        return None;
+    }
+    Some(path)
+}

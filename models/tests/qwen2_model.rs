@@ -1,0 +1,229 @@
+//! formwork's Qwen2 model file on the real Qwen2.5-Coder-0.5B-Instruct Q4_K_M GGUF:
+//! the config from the metadata, logits against candle's `quantized_qwen2` (the same
+//! computation, but not `Clone`), chunked prefill and decode against one prefill,
+//! independent snapshots, a greedy chat answer, and bad input.
+//!
+//! Needs the model fetched (`formwork models fetch qwen2.5-coder-0.5b`, or
+//! `FORMWORK_HOME`, or `FORMWORK_QWEN2_GGUF`); without it each test prints `SKIPPED:`
+//! and returns.
+
+mod common;
+
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use candle_core::quantized::gguf_file;
+use candle_core::{Device, Tensor};
+use formwork_models::chat::{render_chat, ChatMessage};
+use formwork_models::qwen2::{Config, ModelWeights};
+use formwork_models::runtime::{load_file, DeviceChoice, LoadOptions, LoadedModel};
+
+/// A chat prompt and answer, so the positions cover control tokens, prose and JSON.
+const TEXT: &str = "<|im_start|>system\nYou extract facts as JSON.<|im_end|>\n<|im_start|>user\n\
+The Eiffel Tower, completed in 1889 for the World's Fair in Paris, is 330 metres tall and was \
+designed by the engineering firm of Gustave Eiffel. It was the tallest man-made structure in the \
+world until the Chrysler Building in New York was finished in 1930. Give its name, city, year and \
+height.<|im_end|>\n<|im_start|>assistant\n{\"name\": \"Eiffel Tower\", \"city\": \"Paris\", \"year\": 1889, \
+\"height_m\": 330, \"designer\": \"Gustave Eiffel\", \"tallest_until\": 1930}<|im_end|>\n";
+
+/// The model through the runtime (what `formwork` runs), loaded once; tests take snapshots.
+fn shared() -> Option<MutexGuard<'static, LoadedModel>> {
+    static M: OnceLock<Option<Mutex<LoadedModel>>> = OnceLock::new();
+    let m = M.get_or_init(|| {
+        let path = common::qwen2_path()?;
+        let options = LoadOptions {
+            device: DeviceChoice::Cpu,
+            ..LoadOptions::default()
+        };
+        Some(Mutex::new(
+            load_file(&path, "qwen2.5-coder-0.5b", options).expect("load qwen2"),
+        ))
+    });
+    Some(m.as_ref()?.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+fn text_ids(m: &LoadedModel) -> Vec<u32> {
+    let ids = m.tokenizer.encode(TEXT).unwrap();
+    assert!(ids.len() > 100, "{} tokens", ids.len());
+    ids
+}
+
+fn content(path: &std::path::Path) -> (gguf_file::Content, std::fs::File) {
+    let mut f = std::fs::File::open(path).unwrap();
+    let ct = gguf_file::Content::read(&mut f).unwrap();
+    (ct, f)
+}
+
+#[test]
+fn config_is_read_from_gguf_metadata() {
+    let Some(path) = common::qwen2_path() else {
+        return;
+    };
+    let (ct, _) = content(&path);
+    let c = Config::from_gguf(&ct).unwrap();
+    assert_eq!(
+        (c.vocab_size, c.hidden_size, c.intermediate_size),
+        (151_936, 896, 4864)
+    );
+    assert_eq!(
+        (
+            c.num_hidden_layers,
+            c.num_attention_heads,
+            c.num_key_value_heads,
+            c.head_dim
+        ),
+        (24, 14, 2, 64)
+    );
+    assert_eq!(c.rope_theta, 1_000_000.0);
+    assert_eq!(c.rope_scaling_factor, 1.0);
+    assert_eq!(c.context_length, 32_768);
+    assert!((c.rms_norm_eps - 1e-6).abs() < 1e-9, "{}", c.rms_norm_eps);
+}
+
+/// The same prompt through candle-transformers' `quantized_qwen2` and through ours (both on
+/// the weights as stored): the same next token, logits equal up to summation order.
+#[test]
+fn logits_agree_with_candle_quantized_qwen2() {
+    let Some(path) = common::qwen2_path() else {
+        return;
+    };
+    let (ct, mut f) = content(&path);
+    let tok = formwork_models::tokenizer::GgufTokenizer::from_gguf(&ct).unwrap();
+    let ids = tok.encode(TEXT).unwrap();
+    let ids = &ids[..80];
+    let input = Tensor::new(ids, &Device::Cpu)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    let want: Vec<f32> = {
+        let mut candle = candle_transformers::models::quantized_qwen2::ModelWeights::from_gguf(
+            ct,
+            &mut f,
+            &Device::Cpu,
+        )
+        .unwrap();
+        candle
+            .forward(&input, 0)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap()
+    };
+    let (ct, mut f) = content(&path);
+    let opts = formwork_models::qwen2::Options {
+        requantize: false,
+        ..Default::default()
+    };
+    let mut ours = ModelWeights::from_gguf_with(ct, &mut f, &Device::Cpu, &opts).unwrap();
+    let got: Vec<f32> = ours.forward(&input, 0).unwrap().to_vec1().unwrap();
+    let d = common::max_abs_diff(&want, &got);
+    eprintln!("largest logit difference from candle's quantized_qwen2: {d}");
+    assert_eq!(common::argmax(&want), common::argmax(&got));
+    assert!(d <= 1e-2, "largest logit difference {d}");
+}
+
+/// One prefill, prefills in chunks of 7, and one token at a time give the same logits.
+#[test]
+fn chunked_prefill_equals_full_prefill() {
+    let Some(m) = shared() else { return };
+    let ids = text_ids(&m);
+    let ids = &ids[..90];
+    let mut model = m.model.snapshot();
+    let full = model.forward(ids, 0).unwrap();
+    for chunk in [7, 1] {
+        let mut last = Vec::new();
+        for (i, c) in ids.chunks(chunk).enumerate() {
+            last = model.forward(c, i * chunk).unwrap();
+        }
+        let d = common::max_abs_diff(&full, &last);
+        eprintln!("chunks of {chunk}: largest difference {d}");
+        assert!(d <= 1e-3, "chunks of {chunk}: largest difference {d}");
+        assert_eq!(common::argmax(&full), common::argmax(&last));
+    }
+}
+
+/// A snapshot keeps its cache while the original decodes on, and the original is unharmed.
+#[test]
+fn snapshots_are_independent() {
+    let Some(m) = shared() else { return };
+    let ids = text_ids(&m);
+    let (prefix, rest) = ids.split_at(60);
+    let mut base = m.model.snapshot();
+    base.forward(prefix, 0).unwrap();
+    let mut snap = base.snapshot();
+    // The original goes on with other tokens, well past the snapshot's length.
+    let mut pos = prefix.len();
+    for &t in &rest[20..50] {
+        base.forward(&[t], pos).unwrap();
+        pos += 1;
+    }
+    let from_snap = snap.forward(&rest[..10], prefix.len()).unwrap();
+    let mut fresh = m.model.snapshot();
+    let want = fresh.forward(&ids[..70], 0).unwrap();
+    let d = common::max_abs_diff(&from_snap, &want);
+    assert!(d <= 1e-3, "snapshot: largest difference {d}");
+    // And the original's cache was not touched by the snapshot's decoding.
+    let next = base.forward(&rest[50..51], pos).unwrap();
+    let mut seq: Vec<u32> = prefix.to_vec();
+    seq.extend_from_slice(&rest[20..51]);
+    let want = fresh.forward(&seq, 0).unwrap();
+    let d = common::max_abs_diff(&next, &want);
+    assert!(d <= 1e-3, "original: largest difference {d}");
+}
+
+/// The GGUF's chat template, the tokenizer and the model together: greedy decoding answers
+/// a coding question with code and stops on an end-of-turn token.
+#[test]
+fn greedy_chat_answer_is_code_and_ends() {
+    let Some(m) = shared() else { return };
+    let tok = &m.tokenizer;
+    let prompt = render_chat(
+        tok.chat_template()
+            .expect("the Qwen GGUF has a chat template"),
+        &[ChatMessage::new(
+            "user",
+            "Write a Python function add(a, b) that returns a + b. Only the code.",
+        )],
+        true,
+        "<|endoftext|>",
+        "<|im_end|>",
+    )
+    .unwrap();
+    let ids = tok.encode(&prompt).unwrap();
+    let mut model = m.model.snapshot();
+    let mut logits = model.forward(&ids, 0).unwrap();
+    let mut out = Vec::new();
+    let mut ended = false;
+    for i in 0..48 {
+        let t = common::argmax(&logits);
+        if tok.eos_ids().contains(&t) {
+            ended = true;
+            break;
+        }
+        out.push(t);
+        logits = model.forward(&[t], ids.len() + i).unwrap();
+    }
+    let text = tok.decode(&out).unwrap();
+    eprintln!("greedy answer: {text:?}");
+    assert!(text.contains("def add(a, b)"), "{text:?}");
+    assert!(text.contains("return a + b"), "{text:?}");
+    assert!(ended, "no end-of-turn token within 48 tokens: {text:?}");
+}
+
+/// Bad input is an error with its numbers, never a panic, and leaves the model usable.
+#[test]
+fn bad_input_is_an_error() {
+    let Some(m) = shared() else { return };
+    let mut model = m.model.snapshot();
+    assert_eq!(model.vocab_size(), 151_936);
+    let e = model.forward(&[151_936], 0).unwrap_err().to_string();
+    assert!(e.contains("151936"), "{e}");
+    assert!(model.forward(&[], 0).is_err());
+    model.forward(&[1, 2, 3], 0).unwrap();
+    let e = model.forward(&[4], 7).unwrap_err().to_string();
+    assert!(e.contains('3'), "{e}");
+    model.forward(&[4], 3).unwrap();
+    let e = model.forward(&[4], 40_000).unwrap_err().to_string();
+    assert!(e.contains("context"), "{e}");
+    assert_eq!(m.context_length, 32_768);
+}
