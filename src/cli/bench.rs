@@ -62,6 +62,9 @@ pub struct BenchArgs {
     /// How the examples are picked: bm25 (most similar to the record) or first.
     #[arg(long, value_enum, default_value = "bm25")]
     pub pick: Pick,
+    /// Masked modes, greedy: weigh `null` against the best value at nullable fields.
+    #[arg(long)]
+    pub null_lookahead: bool,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -170,6 +173,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
             sampling: Sampling::from_args(a.temperature, None),
             seed: a.seed,
             prompt: a.prompt,
+            null_lookahead: a.null_lookahead,
             ..Default::default()
         },
         exact_strings: a.exact_strings,
