@@ -2,7 +2,8 @@
 //! `|`, jump-forward spans in `[ ]`, and the tokenizer's own encoding of the same
 //! text below it, with the forced-text split before healing and after.
 //!
-//! `cargo run --release --example trace_forced -- MODEL DATASET.jsonl RECORD_ID`
+//! `cargo run --release --example trace_forced -- MODEL DATASET.jsonl RECORD_ID [EXAMPLES.jsonl]`
+//! (with examples: the first three, as `formwork bench --shots 3 --pick first`).
 
 use formwork::engine::{Engine, ExtractOptions, Schema};
 
@@ -28,8 +29,8 @@ fn show(
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     anyhow::ensure!(
-        args.len() == 4,
-        "usage: trace_forced MODEL DATASET.jsonl RECORD_ID"
+        args.len() == 4 || args.len() == 5,
+        "usage: trace_forced MODEL DATASET.jsonl RECORD_ID [EXAMPLES.jsonl]"
     );
     let line = std::fs::read_to_string(&args[2])?
         .lines()
@@ -40,10 +41,24 @@ fn main() -> anyhow::Result<()> {
     let mut engine = Engine::new(formwork::load_model(&args[1], "auto".parse().unwrap())?);
     let mut schema = Schema::new(rec["schema"].clone())?;
     let text = rec["text"].as_str().unwrap_or_default();
+    let examples = match args.get(4) {
+        Some(path) => {
+            let pool = formwork::examples::load(path.as_ref(), &schema.value, &schema.validator)?;
+            formwork::examples::pick(
+                &pool,
+                text,
+                Some(&args[3]),
+                3,
+                formwork::examples::Pick::First,
+            )
+        }
+        None => Vec::new(),
+    };
     for heal in [false, true] {
         let opts = ExtractOptions {
             heal_forced: heal,
             max_tokens: 256,
+            examples: examples.clone(),
             ..Default::default()
         };
         let ex = engine.extract(&mut schema, text, &opts);
