@@ -1,9 +1,11 @@
 //! The decoding loop against a scripted model (exact logits) and a byte-level
-//! vocabulary: tokens 0..=255 are the bytes, 256 is EOS. Fast and exact.
+//! vocabulary: tokens 0..=255 are the bytes, 256 is EOS, and some tests add
+//! multi-byte tokens from 257 on (their codec encodes longest match first, which
+//! stands in for the tokenizer's canonical encoding). Fast and exact.
 
 use std::sync::{Arc, Mutex};
 
-use formwork::engine::decode::{decode_masked, Codec, DecodeOptions, Stop};
+use formwork::engine::decode::{decode_masked, Codec, DecodeOptions, DecodeOutput, Stop};
 use formwork::sampling::{Sampler, Sampling};
 use formwork_grammar::compile::{compile, Config};
 use formwork_grammar::matcher::{Grammar, Matcher};
@@ -20,12 +22,28 @@ struct ByteCodec {
 
 impl ByteCodec {
     fn new() -> Self {
+        Self::with(&[])
+    }
+    /// Bytes, EOS, then `words` (ids 257, 258, ...).
+    fn with(words: &[&str]) -> Self {
         let mut bytes: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
         bytes.push(b"</s>".to_vec());
+        bytes.extend(words.iter().map(|w| w.as_bytes().to_vec()));
         ByteCodec {
             bytes,
             eos: vec![EOS],
         }
+    }
+    fn id(&self, word: &str) -> u32 {
+        self.bytes
+            .iter()
+            .position(|b| b == word.as_bytes())
+            .unwrap() as u32
+    }
+    fn text(&self, toks: &[u32]) -> String {
+        toks.iter()
+            .map(|&t| String::from_utf8_lossy(&self.bytes[t as usize]).into_owned())
+            .collect()
     }
     fn trie(&self) -> Arc<TokTrie> {
         let special: Vec<bool> = (0..self.bytes.len()).map(|i| i as u32 == EOS).collect();
@@ -34,8 +52,21 @@ impl ByteCodec {
 }
 
 impl Codec for ByteCodec {
+    /// Longest match first (the byte tokens cover everything).
     fn encode(&self, text: &str) -> Vec<u32> {
-        text.bytes().map(u32::from).collect()
+        let b = text.as_bytes();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < b.len() {
+            let (id, len) = (0..self.bytes.len())
+                .filter(|&t| t != EOS as usize && b[i..].starts_with(&self.bytes[t]))
+                .map(|t| (t as u32, self.bytes[t].len()))
+                .max_by_key(|&(_, len)| len)
+                .expect("every byte is a token");
+            out.push(id);
+            i += len;
+        }
+        out
     }
     fn token_bytes(&self) -> &[Vec<u8>] {
         &self.bytes
@@ -54,6 +85,9 @@ struct ScriptedModel {
     history: Vec<u32>,
     script: Script,
     calls: Arc<Mutex<Vec<Vec<u32>>>>,
+    /// The history after the latest forward of any copy (snapshots share it).
+    last_history: Arc<Mutex<Vec<u32>>>,
+    vocab: usize,
 }
 
 impl ScriptedModel {
@@ -62,6 +96,8 @@ impl ScriptedModel {
             history: Vec::new(),
             script: Arc::new(script),
             calls: Arc::default(),
+            last_history: Arc::default(),
+            vocab: 257,
         }
     }
 }
@@ -71,10 +107,17 @@ impl LanguageModel for ScriptedModel {
         assert_eq!(pos, self.history.len(), "forward at the wrong position");
         self.history.extend_from_slice(tokens);
         self.calls.lock().unwrap().push(tokens.to_vec());
-        Ok((self.script)(&self.history))
+        *self.last_history.lock().unwrap() = self.history.clone();
+        let l = (self.script)(&self.history);
+        assert_eq!(
+            l.len(),
+            self.vocab,
+            "the script's logits have the wrong width"
+        );
+        Ok(l)
     }
     fn vocab_size(&self) -> usize {
-        257
+        self.vocab
     }
     fn clear_kv_cache(&mut self) {
         self.history.clear();
@@ -101,27 +144,40 @@ fn run(
     seed: u64,
     max_tokens: usize,
     jump: bool,
-) -> (String, formwork::engine::decode::DecodeOutput) {
-    let codec = ByteCodec::new();
+) -> (String, DecodeOutput) {
+    let opts = DecodeOptions {
+        max_tokens,
+        jump_forward: jump,
+        ..Default::default()
+    };
+    run_with(schema, model, &ByteCodec::new(), sampling, seed, &opts)
+}
+
+const PROMPT: &[u8] = b"PROMPT:";
+
+fn run_with(
+    schema: &Value,
+    model: &mut ScriptedModel,
+    codec: &ByteCodec,
+    sampling: Sampling,
+    seed: u64,
+    opts: &DecodeOptions,
+) -> (String, DecodeOutput) {
     let automaton = compile(schema, &Config::default()).expect("schema compiles");
     let grammar = Grammar::new(automaton);
     let mut matcher = Matcher::new(grammar, codec.trie());
     let mut sampler = Sampler::new(sampling, seed);
-    let prompt = b"PROMPT:".iter().map(|&b| b as u32).collect::<Vec<_>>();
+    let prompt = PROMPT.iter().map(|&b| b as u32).collect::<Vec<_>>();
     let logits = model.forward(&prompt, 0).unwrap();
-    let opts = DecodeOptions {
-        max_tokens,
-        jump_forward: jump,
-        deadline: None,
-    };
+    let mut boxed: Box<dyn LanguageModel> = Box::new(model.clone());
     let out = decode_masked(
-        model,
-        &codec,
+        &mut boxed,
+        codec,
         &mut matcher,
         &mut sampler,
         logits,
         prompt.len(),
-        &opts,
+        opts,
     )
     .unwrap();
     assert!(
@@ -240,4 +296,233 @@ fn a_tight_budget_still_ends_valid() {
     assert_valid(&schema, &text);
     assert!(out.tokens.len() <= 24, "{} tokens", out.tokens.len());
     assert!(out.steered, "the budget steering did not report itself");
+}
+
+/// `prefer` for a vocabulary of `n` tokens.
+fn prefer_n(n: usize, order: &[u32]) -> Vec<f32> {
+    let mut l: Vec<f32> = (0..n).map(|i| -10.0 - (i % 7) as f32).collect();
+    for (rank, &t) in order.iter().enumerate() {
+        l[t as usize] = 100.0 - rank as f32;
+    }
+    l
+}
+
+/// The output text so far: the history after the prompt.
+fn output_text(bytes: &[Vec<u8>], history: &[u32]) -> String {
+    let out: Vec<u8> = history[PROMPT.len()..]
+        .iter()
+        .flat_map(|&t| bytes[t as usize].iter().copied())
+        .collect();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+const WORDS: [&str; 5] = ["{\"", "\":", "\":\"", "\",\"", "\"}"];
+
+/// A model that writes `{"a":"x","b":"y"}`, choosing `":"` after each key and
+/// closing each string with `"` alone (though `","` and `"}` are allowed).
+fn key_model(codec: &ByteCodec) -> ScriptedModel {
+    let bytes = codec.bytes.clone();
+    let n = bytes.len();
+    let [obj, colon, colon_q, comma, close] = WORDS.map(|w| codec.id(w));
+    let mut m = ScriptedModel::new(move |h: &[u32]| {
+        let text = output_text(&bytes, h);
+        let order: Vec<u32> = if text.ends_with("{\"a") || text.ends_with("\"b") {
+            vec![colon_q, colon, b'"' as u32]
+        } else if text.ends_with("\":\"") {
+            vec![if text.contains("\"b") { b'y' } else { b'x' } as u32]
+        } else if text.ends_with('x') || text.ends_with('y') {
+            vec![b'"' as u32, comma, close]
+        } else {
+            vec![obj, b'{' as u32]
+        };
+        prefer_n(n, &order)
+    });
+    m.vocab = n;
+    m
+}
+
+fn two_strings() -> Value {
+    json!({"type": "object", "properties": {"a": {"type": "string", "maxLength": 5},
+        "b": {"type": "string", "maxLength": 5}}, "required": ["a", "b"],
+        "additionalProperties": false})
+}
+
+#[test]
+fn forced_text_is_tokenised_with_the_sampled_token_before_it() {
+    let codec = ByteCodec::with(&WORDS);
+    let schema = two_strings();
+    let opts = |jump_forward, heal_forced| DecodeOptions {
+        max_tokens: 64,
+        jump_forward,
+        heal_forced,
+        ..Default::default()
+    };
+    // Before: `,"b":"` tokenised alone after the model's `"`.
+    let (old_text, old) = run_with(
+        &schema,
+        &mut key_model(&codec),
+        &codec,
+        Sampling::Greedy,
+        0,
+        &opts(true, false),
+    );
+    assert_eq!(old_text, r#"{"a":"x","b":"y"}"#);
+    let shown: Vec<String> = old.tokens.iter().map(|&t| codec.text(&[t])).collect();
+    assert_eq!(
+        shown,
+        ["{\"", "a", "\":\"", "x", "\"", ",", "\"", "b", "\":\"", "y", "\"", "}"],
+        "the old split feeds the model's `\"` alone, then `,\"b` tokenised alone"
+    );
+    assert_ne!(old.tokens, codec.encode(&old_text));
+    assert_eq!(
+        old.stats.forced_spans_noncanonical, 2,
+        "`\" ,\"b` and `\" }}`"
+    );
+
+    // After: the same text, fed exactly as the codec encodes it.
+    let (text, new) = run_with(
+        &schema,
+        &mut key_model(&codec),
+        &codec,
+        Sampling::Greedy,
+        0,
+        &opts(true, true),
+    );
+    assert_eq!(text, old_text);
+    let shown: Vec<String> = new.tokens.iter().map(|&t| codec.text(&[t])).collect();
+    assert_eq!(
+        shown,
+        ["{\"", "a", "\":\"", "x", "\",\"", "b", "\":\"", "y", "\"}"],
+        "the key boundary is the model's own `\":\"` after the forced `a`"
+    );
+    assert_eq!(new.tokens, codec.encode(&text));
+    assert!(!new.stats.noncanonical);
+    assert_eq!(new.stats.forced_spans, 3);
+    assert_eq!(new.stats.forced_spans_noncanonical, 0);
+    // Jump-forward still saves passes: `{"a`, `","b` and `"}` take one pass each (the
+    // last none: nothing follows it), against one pass per token without it.
+    let (nojf_text, nojf) = run_with(
+        &schema,
+        &mut key_model(&codec),
+        &codec,
+        Sampling::Greedy,
+        0,
+        &opts(false, true),
+    );
+    assert_eq!(nojf_text, text);
+    assert_eq!(new.stats.forward_passes, 6);
+    assert!(
+        nojf.stats.forward_passes >= 8,
+        "{}",
+        nojf.stats.forward_passes
+    );
+    assert!(new.stats.forward_passes <= old.stats.forward_passes);
+    assert_eq!(
+        new.stats.tokens_generated + new.stats.tokens_forced,
+        new.tokens.len()
+    );
+}
+
+const NULL_TEXT: &str = r#"{"a":null,"b":5}"#;
+const STR_TEXT: &str = r#"{"a":"zzz","b":5}"#;
+
+/// Logits over the byte vocabulary: at `{"a":` `"` gets `first.0` and `n` gets
+/// `first.1`; inside each branch the next byte of its text gets `null_body` (after
+/// `n`) or `str_body` (the `zzz`), every other next byte of either text 8. All else 0.
+fn null_model(first: (f32, f32), null_body: f32, str_body: f32) -> ScriptedModel {
+    let bytes = ByteCodec::new().bytes;
+    ScriptedModel::new(move |h: &[u32]| {
+        let text = output_text(&bytes, h);
+        let mut l = vec![0.0f32; 257];
+        if text == r#"{"a":"# {
+            l[b'"' as usize] = first.0;
+            l[b'n' as usize] = first.1;
+            return l;
+        }
+        for (target, body) in [(NULL_TEXT, null_body), (STR_TEXT, str_body)] {
+            if target.len() > text.len() && target.starts_with(&text) {
+                let i = text.len();
+                l[target.as_bytes()[i] as usize] += if (6..9).contains(&i) { body } else { 8.0 };
+            }
+        }
+        l
+    })
+}
+
+fn nullable() -> Value {
+    json!({"type": "object", "properties": {"a": {"type": ["string", "null"], "maxLength": 3},
+        "b": {"type": "integer", "minimum": 0, "maximum": 99}}, "required": ["a", "b"],
+        "additionalProperties": false})
+}
+
+fn lookahead(mut m: ScriptedModel, on: bool) -> (String, DecodeOutput, Vec<u32>) {
+    let opts = DecodeOptions {
+        max_tokens: 64,
+        null_lookahead: on,
+        ..Default::default()
+    };
+    let last = m.last_history.clone();
+    let (text, out) = run_with(
+        &nullable(),
+        &mut m,
+        &ByteCodec::new(),
+        Sampling::Greedy,
+        0,
+        &opts,
+    );
+    let last = last.lock().unwrap().clone();
+    (text, out, last)
+}
+
+/// The model fed exactly the prompt and every output token but the last (`}`, after
+/// which nothing can follow, is never fed).
+fn fed_all_but_last(out: &DecodeOutput, last: &[u32]) {
+    let mut want: Vec<u32> = PROMPT.iter().map(|&b| b as u32).collect();
+    want.extend_from_slice(&out.tokens[..out.tokens.len() - 1]);
+    assert_eq!(last, want.as_slice());
+}
+
+#[test]
+fn null_lookahead_picks_null_when_its_branch_scores_higher() {
+    // The first token prefers `"`, but the string's body is unlikely (logit 1 over
+    // 256 others) while `null`'s rest is likely.
+    let model = || null_model((5.0, 4.0), 8.0, 1.0);
+    let (greedy, _, _) = lookahead(model(), false);
+    assert_eq!(greedy, STR_TEXT, "plain greedy follows the first token");
+    let (text, out, last) = lookahead(model(), true);
+    assert_eq!(text, NULL_TEXT);
+    assert_eq!(out.stats.lookaheads, 1);
+    assert_eq!(out.stats.lookahead_null_wins, 1);
+    assert!(
+        out.stats.lookahead_forward_passes >= 18,
+        "{}",
+        out.stats.lookahead_forward_passes
+    );
+    // The state after the choice is the winner's: the same tokens as a direct decode
+    // of null, and the live model was fed exactly them (its positions line up, or the
+    // scripted model's own assertion fails).
+    let (direct, direct_out, _) = lookahead(null_model((4.0, 5.0), 8.0, 1.0), false);
+    assert_eq!(direct, NULL_TEXT);
+    assert_eq!(out.tokens, direct_out.tokens);
+    fed_all_but_last(&out, &last);
+}
+
+#[test]
+fn null_lookahead_picks_the_value_when_its_branch_scores_higher() {
+    // The first token prefers `n`, but `null`'s rest is unlikely and the string likely.
+    let model = || null_model((4.0, 5.0), 0.0, 8.0);
+    let (greedy, _, _) = lookahead(model(), false);
+    assert_eq!(greedy, NULL_TEXT);
+    let (text, out, last) = lookahead(model(), true);
+    assert_eq!(text, STR_TEXT);
+    assert_eq!(out.stats.lookaheads, 1);
+    assert_eq!(out.stats.lookahead_null_wins, 0);
+    let (direct, direct_out, _) = lookahead(null_model((5.0, 4.0), 0.0, 8.0), false);
+    assert_eq!(direct, STR_TEXT);
+    assert_eq!(out.tokens, direct_out.tokens);
+    assert_eq!(
+        out.stats.tokens_generated,
+        direct_out.stats.tokens_generated
+    );
+    fed_all_but_last(&out, &last);
 }

@@ -286,3 +286,41 @@ fn budget_counts_tokens_so_strings_are_not_cut_short() {
     assert_eq!(v.as_object().unwrap().len(), 4);
     assert!(v["alpha_field"].as_str().unwrap().starts_with("hellohello"));
 }
+
+fn compiled(schema: serde_json::Value) -> Matcher {
+    let a = formwork_grammar::compile::compile(&schema, &Default::default()).unwrap();
+    Matcher::new(Grammar::new(a), byte_vocab())
+}
+
+#[test]
+fn null_competes_only_where_a_null_literal_and_another_value_may_start() {
+    let schema = serde_json::json!({"type": "object", "properties": {
+        "a": {"type": ["string", "null"]}, "b": {"type": "null"}, "c": {"type": "string"}},
+        "required": ["a", "b", "c"], "additionalProperties": false});
+    let mut m = compiled(schema);
+    assert!(!m.null_competes(), "at the start only `{{` may come");
+    m.commit_bytes(br#"{"a":"#).unwrap();
+    assert!(
+        m.null_competes(),
+        "`null` or a string may start the value of a"
+    );
+    // Inside the string, `null` is content followed by more content or `"`.
+    let mut s = m.clone();
+    s.commit_bytes(b"\"").unwrap();
+    assert!(!s.null_competes());
+    // Only null may come for b: nothing competes with it.
+    m.commit_bytes(br#"null,"b":"#).unwrap();
+    assert!(!m.null_competes());
+    m.commit_bytes(br#"null,"c":"#).unwrap();
+    assert!(!m.null_competes(), "c is not nullable");
+
+    // A nullable integer in an array: null against digits and `-`.
+    let mut arr =
+        compiled(serde_json::json!({"type": "array", "items": {"type": ["integer", "null"]}}));
+    arr.commit_bytes(b"[").unwrap();
+    assert!(arr.null_competes());
+    // A string of at most 4 characters may hold `null` as its content, then only `"`.
+    let mut short = compiled(serde_json::json!({"type": "string", "maxLength": 4}));
+    short.commit_bytes(b"\"").unwrap();
+    assert!(!short.null_competes());
+}

@@ -38,6 +38,9 @@ pub enum BenchMode {
     Masked,
     Free,
     MaskedNoJf,
+    /// Jump-forward with the forced text tokenised alone, not together with the
+    /// sampled token before it (the split before issue 13), for comparison.
+    MaskedUnhealed,
 }
 
 impl std::str::FromStr for BenchMode {
@@ -47,8 +50,9 @@ impl std::str::FromStr for BenchMode {
             "masked" => Ok(BenchMode::Masked),
             "free" => Ok(BenchMode::Free),
             "masked-nojf" | "masked_nojf" => Ok(BenchMode::MaskedNoJf),
+            "masked-unhealed" | "masked_unhealed" => Ok(BenchMode::MaskedUnhealed),
             other => Err(format!(
-                "unknown mode `{other}`: use masked, free or masked-nojf"
+                "unknown mode `{other}`: use masked, free, masked-nojf or masked-unhealed"
             )),
         }
     }
@@ -60,6 +64,7 @@ impl BenchMode {
             BenchMode::Masked => "masked",
             BenchMode::Free => "free",
             BenchMode::MaskedNoJf => "masked-nojf",
+            BenchMode::MaskedUnhealed => "masked-unhealed",
         }
     }
 }
@@ -210,6 +215,15 @@ pub struct RecordResult {
     pub tokens_generated: usize,
     pub tokens_forced: usize,
     pub forward_passes: usize,
+    /// Jump-forward spans, and those not tokenised as the tokenizer encodes the
+    /// output text; whether the output's tokens differ from that encoding anywhere.
+    pub forced_spans: usize,
+    pub forced_spans_noncanonical: usize,
+    pub noncanonical: bool,
+    /// Null lookaheads run, won by `null`, and their forward passes.
+    pub lookaheads: usize,
+    pub lookahead_null_wins: usize,
+    pub lookahead_forward_passes: usize,
     pub ms: u64,
     pub decode_ms: f64,
     #[serde(skip)]
@@ -391,6 +405,12 @@ pub fn score(case: &Case, mode: BenchMode, ex: &Extraction, exact_strings: bool)
         tokens_generated: ex.tokens_generated,
         tokens_forced: ex.tokens_forced,
         forward_passes: ex.forward_passes,
+        forced_spans: ex.forced_spans,
+        forced_spans_noncanonical: ex.forced_spans_noncanonical,
+        noncanonical: ex.noncanonical,
+        lookaheads: ex.lookaheads,
+        lookahead_null_wins: ex.lookahead_null_wins,
+        lookahead_forward_passes: ex.lookahead_forward_passes,
         ms: ex.ms,
         decode_ms: ex.decode_ms,
         mask_ns: ex.mask_ns.clone(),
@@ -434,6 +454,13 @@ pub struct Summary {
     pub tokens_per_record: f64,
     pub forced_share: f64,
     pub forward_passes_total: usize,
+    pub forced_spans_total: usize,
+    pub forced_spans_noncanonical_total: usize,
+    /// Records whose output tokens differ from the tokenizer's encoding of the text.
+    pub noncanonical_rate: f64,
+    pub lookaheads_total: usize,
+    pub lookahead_null_wins_total: usize,
+    pub lookahead_forward_passes_total: usize,
     pub decode_tokens_per_s: f64,
     pub ms_per_valid_object: Option<f64>,
     pub ms_p50: f64,
@@ -579,6 +606,12 @@ pub fn summarize(rs: &[&RecordResult]) -> Summary {
             forced as f64 / (generated + forced) as f64
         },
         forward_passes_total: rs.iter().map(|r| r.forward_passes).sum(),
+        forced_spans_total: rs.iter().map(|r| r.forced_spans).sum(),
+        forced_spans_noncanonical_total: rs.iter().map(|r| r.forced_spans_noncanonical).sum(),
+        noncanonical_rate: rate(&|r| r.noncanonical),
+        lookaheads_total: rs.iter().map(|r| r.lookaheads).sum(),
+        lookahead_null_wins_total: rs.iter().map(|r| r.lookahead_null_wins).sum(),
+        lookahead_forward_passes_total: rs.iter().map(|r| r.lookahead_forward_passes).sum(),
         decode_tokens_per_s: if decode_ms > 0.0 {
             (generated + forced) as f64 / (decode_ms / 1000.0)
         } else {
@@ -655,6 +688,7 @@ pub fn run(
             Mode::Masked
         };
         opts.jump_forward = mode != BenchMode::MaskedNoJf && cfg.opts.jump_forward;
+        opts.heal_forced = mode != BenchMode::MaskedUnhealed && cfg.opts.heal_forced;
         for case in &order {
             let key = serde_json::to_string(&case.schema)?;
             if !schemas.contains_key(&key) {
@@ -816,6 +850,25 @@ pub fn markdown(r: &Report) -> String {
             opt(x.mask_us_p99, 1),
         ));
     }
+    s.push_str("\nTokenisation and lookahead: forced spans fed by jump-forward, those not tokenised as the tokenizer encodes the output text, records whose tokens differ from that encoding anywhere; null lookaheads, won by null, their forward passes.\n\n| mode | forced spans | non-canonical spans | non-canonical records | lookaheads | null wins | lookahead passes |\n|---|---|---|---|---|---|---|\n");
+    for (mode, x) in &r.overall {
+        if mode == "free" {
+            continue;
+        }
+        s.push_str(&format!(
+            "| {mode} | {} | {} ({}) | {} | {} | {} | {} |\n",
+            x.forced_spans_total,
+            x.forced_spans_noncanonical_total,
+            pct(ratio(
+                x.forced_spans_noncanonical_total,
+                x.forced_spans_total
+            )),
+            pct(x.noncanonical_rate),
+            x.lookaheads_total,
+            x.lookahead_null_wins_total,
+            x.lookahead_forward_passes_total,
+        ));
+    }
     s.push_str("\nPer schema (schema-valid / field accuracy (all-null) / slot F1 / false fills):\n\n| schema | ");
     let modes: Vec<&String> = r.overall.keys().collect();
     s.push_str(
@@ -941,6 +994,12 @@ mod tests {
             tokens_generated: 0,
             tokens_forced: 0,
             forward_passes: 0,
+            forced_spans: 0,
+            forced_spans_noncanonical: 0,
+            noncanonical: false,
+            lookaheads: 0,
+            lookahead_null_wins: 0,
+            lookahead_forward_passes: 0,
             ms: 0,
             schema_sha256: String::new(),
             model: String::new(),
@@ -951,6 +1010,8 @@ mod tests {
             text: String::new(),
             mask_ns: Vec::new(),
             decode_ms: 0.0,
+            tokens: Vec::new(),
+            forced_ranges: Vec::new(),
         };
         score(&case, BenchMode::Masked, &ex, false)
     }

@@ -67,6 +67,9 @@ pub struct BenchArgs {
     #[arg(long, value_name = "MODE", num_args = 0..=1, require_equals = true,
           default_missing_value = "substring", value_parser = super::parse_source_mode)]
     pub source_strings: Option<formwork_grammar::source::SourceMode>,
+    /// Masked modes, greedy: weigh `null` against the best value at nullable fields.
+    #[arg(long)]
+    pub null_lookahead: bool,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -180,6 +183,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
             sampling: Sampling::from_args(a.temperature, None),
             seed: a.seed,
             prompt: a.prompt,
+            null_lookahead: a.null_lookahead,
             ..Default::default()
         },
         exact_strings: a.exact_strings,

@@ -75,6 +75,10 @@ pub struct ExtractArgs {
     /// Disable jump-forward (forced tokens are then sampled one by one).
     #[arg(long)]
     pub no_jump_forward: bool,
+    /// Greedy masked decoding: at a nullable field, weigh `null` against the best value
+    /// before committing (both branches decoded; costs extra forward passes).
+    #[arg(long)]
+    pub null_lookahead: bool,
     /// Recompute prompts in full instead of reusing KV state: the prefix shared by every
     /// record of a batch (system message and schema), and a free-mode retry's first
     /// prompt. For measuring the reuse.
@@ -180,6 +184,8 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
         instructions: a.instructions.clone(),
         timeout: a.timeout.map(Duration::from_secs_f64),
         jump_forward: !a.no_jump_forward,
+        heal_forced: true,
+        null_lookahead: a.null_lookahead,
         review_fields: a.review_fields.clone(),
         prompt: a.prompt,
         examples: Vec::new(),

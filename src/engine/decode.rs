@@ -3,15 +3,26 @@
 //! `Codec` (the GGUF tokenizer, or a byte-level vocabulary in tests).
 //!
 //! One step:
-//! 1. If the schema forces the next bytes (`{"sku":"` at the start), tokenise them,
-//!    keep the canonical prefix, commit those tokens without sampling and feed them
-//!    to the model in one forward pass (jump-forward).
+//! 1. A sampled token is committed to the matcher at once but fed to the model only
+//!    at the next step, so that forced bytes after it can join it. If the schema
+//!    forces the next bytes (`{"sku":"` at the start, `,"date":` after a value),
+//!    tokenise them *together with that pending token* (token healing: the model's
+//!    `"` and the forced `,"date":` are fed as `","`, `date`, as the tokenizer writes
+//!    the text), keep the canonical prefix (no token could span its end; the bytes
+//!    after it are left to the model under the mask), commit those tokens without
+//!    sampling and feed everything in one forward pass (jump-forward).
 //! 2. Otherwise tell the matcher how many tokens are left (it steers to the shortest
 //!    valid completion when the budget runs low), then sample. Greedy checks the
 //!    argmax first and computes the full mask only when the argmax is refused;
-//!    temperature sampling always computes the full mask.
+//!    temperature sampling always computes the full mask. With `null_lookahead`, a
+//!    nullable field's `null` is first weighed against its best value (see
+//!    [`decode_masked`]).
 //! 3. EOS is allowed only in an accepting state; the loop stops at EOS, or when the
-//!    matcher is finished (accepting and nothing can follow).
+//!    matcher is finished (accepting and nothing can follow; the last tokens are then
+//!    not fed, as their logits would never be read).
+//!
+//! Each output records its jump-forward spans and whether they are canonical (the
+//! tokenizer's own encoding of the final text at that place, [`canonical_spans`]).
 
 use std::time::{Duration, Instant};
 
@@ -63,18 +74,55 @@ pub enum Stop {
 #[derive(Clone, Debug)]
 pub struct DecodeOptions {
     pub max_tokens: usize,
+    /// Feed the bytes the schema forces without sampling them (see the module doc).
     pub jump_forward: bool,
+    /// With jump-forward: tokenise a sampled token together with the forced bytes
+    /// after it (token healing at the left edge of a forced span). On by default;
+    /// off only to measure the split of forced text tokenised alone.
+    pub heal_forced: bool,
+    /// Greedy only: at a nullable field, score the `null` branch against the best
+    /// value branch before committing (see [`decode_masked`]).
+    pub null_lookahead: bool,
     pub deadline: Option<Instant>,
+}
+
+impl Default for DecodeOptions {
+    fn default() -> Self {
+        DecodeOptions {
+            max_tokens: 512,
+            jump_forward: true,
+            heal_forced: true,
+            null_lookahead: false,
+            deadline: None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default)]
 pub struct DecodeStats {
     pub tokens_generated: usize,
     pub tokens_forced: usize,
+    /// Every forward pass after the prompt, the lookahead's included.
     pub forward_passes: usize,
     /// Nanoseconds of each full mask computation.
     pub mask_ns: Vec<u64>,
     pub decode_time: Duration,
+    /// Feeds that carried forced bytes (one forced span each).
+    pub forced_spans: usize,
+    /// Forced spans whose tokens are not the tokenizer's own encoding of the final
+    /// text at that place (see [`canonical_spans`]).
+    pub forced_spans_noncanonical: usize,
+    /// The output's tokens differ from the tokenizer's encoding of the output text
+    /// (forced or sampled, anywhere).
+    pub noncanonical: bool,
+    /// Decision points where the null lookahead ran.
+    pub lookaheads: usize,
+    /// Of those, the ones `null` won.
+    pub lookahead_null_wins: usize,
+    /// Forward passes spent inside the lookahead, both branches (counted in
+    /// `forward_passes` too). The winner's passes would mostly have been spent
+    /// anyway, though one token at a time instead of one pass per forced span.
+    pub lookahead_forward_passes: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -86,6 +134,8 @@ pub struct DecodeOutput {
     /// shorter than the model wanted).
     pub steered: bool,
     pub stats: DecodeStats,
+    /// Token ranges `[start, end)` of `tokens` fed by jump-forward, one per forced span.
+    pub forced_ranges: Vec<(usize, usize)>,
 }
 
 impl DecodeOutput {
@@ -96,14 +146,177 @@ impl DecodeOutput {
             stop: Stop::Budget,
             steered: false,
             stats: DecodeStats::default(),
+            forced_ranges: Vec::new(),
         }
     }
+
+    /// Records tokens about to be fed: `sampled` when the first was the model's
+    /// choice, `forced` when the feed carried forced bytes.
+    fn push(&mut self, codec: &dyn Codec, toks: &[u32], sampled: bool, forced: bool) {
+        let start = self.tokens.len();
+        for &t in toks {
+            self.bytes
+                .extend_from_slice(&codec.token_bytes()[t as usize]);
+        }
+        self.tokens.extend_from_slice(toks);
+        let generated = usize::from(sampled).min(toks.len());
+        self.stats.tokens_generated += generated;
+        self.stats.tokens_forced += toks.len() - generated;
+        if forced {
+            self.forced_ranges.push((start, self.tokens.len()));
+            self.stats.forced_spans += 1;
+        }
+    }
+
+    /// Appends a lookahead branch that won.
+    fn append(&mut self, b: DecodeOutput) {
+        let base = self.tokens.len();
+        self.tokens.extend_from_slice(&b.tokens);
+        self.bytes.extend_from_slice(&b.bytes);
+        self.steered |= b.steered;
+        self.forced_ranges
+            .extend(b.forced_ranges.iter().map(|&(s, e)| (s + base, e + base)));
+        self.stats.tokens_generated += b.stats.tokens_generated;
+        self.stats.tokens_forced += b.stats.tokens_forced;
+        self.stats.forced_spans += b.stats.forced_spans;
+        self.stats.mask_ns.extend_from_slice(&b.stats.mask_ns);
+    }
+}
+
+/// The whole characters at the start of `bytes` (a split character is sampled).
+fn whole_chars(bytes: &[u8]) -> &str {
+    match std::str::from_utf8(bytes) {
+        Ok(t) => t,
+        Err(e) => std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or(""),
+    }
+}
+
+/// Commits to `matcher` and returns the tokens to feed next, and whether they carry
+/// forced bytes. `pending` is a sampled token already committed but not yet fed.
+///
+/// With jump-forward, the forced bytes after it are tokenised *together with* the
+/// pending token's bytes (`"` then forced `,"date":` is fed as `","`, `date`, as the
+/// tokenizer writes `","date":`), so the left edge of a forced span is canonical;
+/// the right edge is cut by [`Matcher::canonical_forced_prefix`] before any token
+/// that could span it, and those bytes are left to the model under the mask. When
+/// the joint tokens do not cover the pending token, it is fed alone followed by
+/// the forced text tokenised alone (the split before healing). At most `cap`
+/// tokens are fed. Empty: nothing to feed, the model decides next.
+fn plan_feed(
+    matcher: &mut Matcher,
+    codec: &dyn Codec,
+    pending: Option<u32>,
+    opts: &DecodeOptions,
+    cap: usize,
+) -> (Vec<u32>, bool) {
+    let forced = if opts.jump_forward {
+        matcher.forced_bytes()
+    } else {
+        Vec::new()
+    };
+    let text = whole_chars(&forced);
+    if text.is_empty() {
+        return (pending.into_iter().collect(), false);
+    }
+    if let (Some(t), true) = (pending, opts.heal_forced) {
+        if let Some(toks) = heal(matcher, codec, t, text, cap) {
+            return (toks, true);
+        }
+    }
+    let mut toks: Vec<u32> = pending.into_iter().collect();
+    let sampled = toks.len();
+    let f = codec.encode(text);
+    let keep = matcher
+        .canonical_forced_prefix(&f)
+        .min(cap.saturating_sub(sampled));
+    for &t in &f[..keep] {
+        if !matcher.is_allowed(t) || matcher.commit(t).is_err() {
+            break;
+        }
+        toks.push(t);
+    }
+    let forced = toks.len() > sampled;
+    (toks, forced)
+}
+
+/// The pending token `t` and the forced `text` after it as the tokenizer writes them
+/// together, cut at the canonical prefix; `None` (matcher untouched) when that does
+/// not reach past `t`'s bytes, or the tokenizer does not spell the text back.
+fn heal(
+    matcher: &mut Matcher,
+    codec: &dyn Codec,
+    t: u32,
+    text: &str,
+    cap: usize,
+) -> Option<Vec<u32>> {
+    let vocab = codec.token_bytes();
+    let head = std::str::from_utf8(vocab.get(t as usize)?).ok()?;
+    let joint = format!("{head}{text}");
+    let g = codec.encode(&joint);
+    let mut spelled = Vec::with_capacity(joint.len());
+    for &x in &g {
+        spelled.extend_from_slice(vocab.get(x as usize)?);
+    }
+    if spelled != joint.as_bytes() {
+        return None;
+    }
+    let mut m = matcher.clone();
+    m.rollback(1);
+    let keep = m.canonical_forced_prefix(&g).min(cap);
+    let mut covered = 0;
+    let mut n = 0;
+    for &x in &g[..keep] {
+        if !m.is_allowed(x) || m.commit(x).is_err() {
+            break;
+        }
+        covered += vocab[x as usize].len();
+        n += 1;
+    }
+    if covered <= head.len() {
+        return None;
+    }
+    *matcher = m;
+    Some(g[..n].to_vec())
+}
+
+/// The next token under the mask: greedy checks the argmax first and computes the
+/// full mask only when the argmax is refused; temperature sampling always masks.
+fn pick(
+    matcher: &mut Matcher,
+    sampler: &mut Sampler,
+    logits: &[f32],
+    mask: &mut TokenSet,
+    stats: &mut DecodeStats,
+) -> Option<u32> {
+    if sampler.sampling().is_greedy() {
+        match crate::sampling::argmax(logits, |_| true) {
+            Some(t) if matcher.is_allowed(t) => return Some(t),
+            _ => {}
+        }
+    }
+    full_mask(matcher, mask, stats);
+    sampler.sample(logits, |t| mask.contains(t))
 }
 
 /// Run masked decoding from `logits` (the model's output after the prompt, whose
 /// length is `pos`).
+///
+/// **Null lookahead** (`null_lookahead`, greedy only). At a decision point where a
+/// `null` literal and another value may both start ([`Matcher::null_competes`]),
+/// both branches are decoded on snapshots of the model and clones of the matcher:
+/// the best allowed token starting with `n` (then `null`'s forced rest and the
+/// separator), and the best allowed other token, continued greedily under the mask.
+/// Each branch ends at the first decision point after its value is complete: after
+/// a byte where the matcher's state is the state after `null`, or that state followed
+/// by `,` `}` `]` (so both end at the same separator), or after 64 tokens. The rule:
+/// **the higher mean natural-log probability per token wins**, over every token the
+/// branch feeds, sampled and forced alike, each under the model's full softmax (no
+/// mask). A tie goes to the greedy first choice. The winner's model, matcher and
+/// logits replace the current ones, exactly as if it had been decoded directly;
+/// branches feed one token a pass (each token needs its logits), and do not look
+/// ahead again inside.
 pub fn decode_masked(
-    model: &mut dyn LanguageModel,
+    model: &mut Box<dyn LanguageModel>,
     codec: &dyn Codec,
     matcher: &mut Matcher,
     sampler: &mut Sampler,
@@ -116,7 +329,29 @@ pub fn decode_masked(
     let mut mask = TokenSet::new(vocab);
     let mut out = DecodeOutput::empty();
     let eos = codec.eos_ids();
+    let mut pending: Option<u32> = None;
     loop {
+        // 1. Feed the pending sampled token and the forced bytes after it (jump-forward).
+        if pending.is_some() || opts.jump_forward {
+            let cap = opts.max_tokens.saturating_sub(out.tokens.len());
+            if pending.is_none() {
+                matcher.set_budget(cap);
+            }
+            let sampled = pending.is_some();
+            let (toks, forced) = plan_feed(matcher, codec, pending.take(), opts, cap);
+            if !toks.is_empty() {
+                out.push(codec, &toks, sampled, forced);
+                if matcher.is_finished() {
+                    // Nothing can follow: the logits after these tokens are never read.
+                    out.stop = Stop::Finished;
+                    break;
+                }
+                logits = model.forward(&toks, pos)?;
+                out.stats.forward_passes += 1;
+                pos += toks.len();
+                continue;
+            }
+        }
         if matcher.is_finished() {
             out.stop = Stop::Finished;
             break;
@@ -137,61 +372,36 @@ pub fn decode_masked(
         let left = opts.max_tokens - used;
         matcher.set_budget(left);
 
-        // 1. Jump-forward over forced bytes.
-        if opts.jump_forward {
-            let forced = matcher.forced_bytes();
-            if !forced.is_empty() {
-                // Tokenise only whole characters; a split character is sampled.
-                let text = match std::str::from_utf8(&forced) {
-                    Ok(t) => t,
-                    Err(e) => std::str::from_utf8(&forced[..e.valid_up_to()]).unwrap_or(""),
-                };
-                let mut toks = if text.is_empty() {
-                    Vec::new()
-                } else {
-                    codec.encode(text)
-                };
-                let keep = matcher.canonical_forced_prefix(&toks).min(left);
-                toks.truncate(keep);
-                let mut committed = 0;
-                for &t in &toks {
-                    if !matcher.is_allowed(t) || matcher.commit(t).is_err() {
-                        break;
-                    }
-                    committed += 1;
+        // 2. Null against a value, both scored before committing.
+        if opts.null_lookahead && sampler.sampling().is_greedy() && matcher.null_competes() {
+            if let Some(w) = null_lookahead(
+                model.as_ref(),
+                codec,
+                matcher,
+                &mut mask,
+                &logits,
+                pos,
+                opts,
+                used,
+                &mut out.stats,
+            )? {
+                *model = w.model;
+                *matcher = w.matcher;
+                logits = w.logits;
+                pos = w.pos;
+                let finished = w.finished;
+                out.append(w.out);
+                if finished {
+                    out.stop = Stop::Finished;
+                    break;
                 }
-                toks.truncate(committed);
-                if !toks.is_empty() {
-                    for &t in &toks {
-                        out.bytes
-                            .extend_from_slice(&codec.token_bytes()[t as usize]);
-                    }
-                    out.tokens.extend_from_slice(&toks);
-                    out.stats.tokens_forced += toks.len();
-                    logits = model.forward(&toks, pos)?;
-                    out.stats.forward_passes += 1;
-                    pos += toks.len();
-                    continue;
-                }
+                continue;
             }
         }
 
-        // 2. Sample under the mask (steered when the budget restricts it).
+        // 3. Sample under the mask (steered when the budget restricts it).
         out.steered |= matcher.is_steering();
-        let choice = if sampler.sampling().is_greedy() {
-            let top = crate::sampling::argmax(&logits, |_| true);
-            match top {
-                Some(t) if matcher.is_allowed(t) => Some(t),
-                _ => {
-                    full_mask(matcher, &mut mask, &mut out.stats);
-                    sampler.sample(&logits, |t| mask.contains(t))
-                }
-            }
-        } else {
-            full_mask(matcher, &mut mask, &mut out.stats);
-            sampler.sample(&logits, |t| mask.contains(t))
-        };
-        let Some(tok) = choice else {
+        let Some(tok) = pick(matcher, sampler, &logits, &mut mask, &mut out.stats) else {
             // No token allowed: the matcher is accepting with nothing allowed
             // after it, or the vocabulary cannot spell what the schema needs.
             out.stop = if matcher.is_accepting() {
@@ -206,27 +416,265 @@ pub fn decode_masked(
             out.stop = Stop::Eos;
             break;
         }
-        if matcher.commit(tok).is_err() {
-            // The mask and the commit disagree: a bug, reported as such.
-            return Err(formwork_models::ModelError::Tokenizer(format!(
-                "matcher refused token {tok} that its own mask allowed"
-            )));
-        }
-
-        out.bytes
-            .extend_from_slice(&codec.token_bytes()[tok as usize]);
-        out.tokens.push(tok);
-        out.stats.tokens_generated += 1;
+        commit_sampled(matcher, tok)?;
         if matcher.is_finished() {
+            out.push(codec, &[tok], true, false);
             out.stop = Stop::Finished;
             break;
         }
-        logits = model.forward(&[tok], pos)?;
-        out.stats.forward_passes += 1;
-        pos += 1;
+        // Fed at the top of the loop, together with any forced bytes after it.
+        pending = Some(tok);
     }
     out.stats.decode_time = started.elapsed();
+    let (noncanonical, bad) = canonical_spans(codec, &out.tokens, &out.bytes, &out.forced_ranges);
+    out.stats.noncanonical = noncanonical;
+    out.stats.forced_spans_noncanonical = bad;
     Ok(out)
+}
+
+fn commit_sampled(matcher: &mut Matcher, tok: u32) -> formwork_models::Result<()> {
+    matcher.commit(tok).map_err(|_| {
+        // The mask and the commit disagree: a bug, reported as such.
+        formwork_models::ModelError::Tokenizer(format!(
+            "matcher refused token {tok} that its own mask allowed"
+        ))
+    })
+}
+
+/// Whether `tokens` (spelling `bytes`) differ from the tokenizer's own encoding of
+/// the text, and how many of the `ranges` (forced spans) are not canonical: a span
+/// is canonical when the encoding of the whole text has a token starting at the
+/// span's first byte and continues with exactly the span's tokens. Text that is not
+/// UTF-8 (a budget cut inside a character) is not judged: `(false, 0)`.
+pub fn canonical_spans(
+    codec: &dyn Codec,
+    tokens: &[u32],
+    bytes: &[u8],
+    ranges: &[(usize, usize)],
+) -> (bool, usize) {
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return (false, 0);
+    };
+    let canon = codec.encode(text);
+    let vocab = codec.token_bytes();
+    let len = |t: u32| vocab.get(t as usize).map_or(0, |b| b.len());
+    let mut at = std::collections::HashMap::new();
+    let mut off = 0;
+    for (i, &t) in canon.iter().enumerate() {
+        at.insert(off, i);
+        off += len(t);
+    }
+    let mut starts = Vec::with_capacity(tokens.len());
+    let mut off = 0;
+    for &t in tokens {
+        starts.push(off);
+        off += len(t);
+    }
+    let bad = ranges
+        .iter()
+        .filter(|&&(s, e)| {
+            let ok = at.get(&starts[s]).is_some_and(|&i| {
+                canon
+                    .get(i..i + (e - s))
+                    .is_some_and(|c| c == &tokens[s..e])
+            });
+            !ok
+        })
+        .count();
+    (canon != tokens, bad)
+}
+
+/// The end of a lookahead branch: its text, tokens and state.
+struct Branch {
+    model: Box<dyn LanguageModel>,
+    matcher: Matcher,
+    logits: Vec<f32>,
+    pos: usize,
+    out: DecodeOutput,
+    finished: bool,
+    logprob: f64,
+    scored: usize,
+    passes: usize,
+}
+
+impl Branch {
+    fn mean(&self) -> f64 {
+        self.logprob / self.scored.max(1) as f64
+    }
+}
+
+/// The most tokens a lookahead branch decodes.
+const LOOKAHEAD_MAX_TOKENS: usize = 64;
+
+fn log_softmax_at(logits: &[f32], t: u32) -> f64 {
+    let mx = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = logits.iter().map(|&x| (x as f64 - mx).exp()).sum();
+    logits
+        .get(t as usize)
+        .map_or(f64::NEG_INFINITY, |&x| x as f64 - mx - sum.ln())
+}
+
+/// Scores the `null` branch against the best value branch (see [`decode_masked`]);
+/// `None` when one of them has no allowed first token.
+#[allow(clippy::too_many_arguments)]
+fn null_lookahead(
+    model: &dyn LanguageModel,
+    codec: &dyn Codec,
+    matcher: &mut Matcher,
+    mask: &mut TokenSet,
+    logits: &[f32],
+    pos: usize,
+    opts: &DecodeOptions,
+    used: usize,
+    stats: &mut DecodeStats,
+) -> formwork_models::Result<Option<Branch>> {
+    full_mask(matcher, mask, stats);
+    let vocab = codec.token_bytes();
+    let eos = codec.eos_ids();
+    let starts_n = |t: u32| vocab.get(t as usize).and_then(|b| b.first()) == Some(&b'n');
+    let allowed = |t: u32| mask.contains(t) && !eos.contains(&t);
+    let null_first = crate::sampling::argmax(logits, |t| allowed(t) && starts_n(t));
+    let value_first = crate::sampling::argmax(logits, |t| allowed(t) && !starts_n(t));
+    let (Some(nf), Some(vf)) = (null_first, value_first) else {
+        return Ok(None);
+    };
+    // The states where the value is complete: after `null`, or after it and a separator.
+    let mut after_null = matcher.clone();
+    if after_null.commit_bytes(b"null").is_err() {
+        return Ok(None);
+    }
+    let mut ends = vec![after_null.state_id()];
+    for c in [b',', b'}', b']'] {
+        let mut m = after_null.clone();
+        if m.commit_bytes(&[c]).is_ok() {
+            ends.push(m.state_id());
+        }
+    }
+    let greedy_null = crate::sampling::argmax(logits, allowed) == Some(nf);
+    let mut branches = Vec::with_capacity(2);
+    for first in [nf, vf] {
+        let b = run_branch(
+            model.snapshot(),
+            matcher.clone(),
+            codec,
+            logits.to_vec(),
+            pos,
+            first,
+            opts,
+            used,
+            &ends,
+        )?;
+        stats.forward_passes += b.passes;
+        stats.lookahead_forward_passes += b.passes;
+        stats.mask_ns.extend_from_slice(&b.out.stats.mask_ns);
+        branches.push(b);
+    }
+    stats.lookaheads += 1;
+    let value = branches.pop().expect("two branches");
+    let null = branches.pop().expect("two branches");
+    let (a, b) = (null.mean(), value.mean());
+    let null_wins = a > b || (a == b && greedy_null);
+    let mut w = if null_wins {
+        stats.lookahead_null_wins += 1;
+        null
+    } else {
+        value
+    };
+    // The branch's masks are counted once, above.
+    w.out.stats.mask_ns.clear();
+    Ok(Some(w))
+}
+
+/// Decodes one branch from `first` (see [`decode_masked`]), feeding one token a
+/// pass and adding up each token's log-probability.
+#[allow(clippy::too_many_arguments)]
+fn run_branch(
+    mut model: Box<dyn LanguageModel>,
+    mut matcher: Matcher,
+    codec: &dyn Codec,
+    mut logits: Vec<f32>,
+    mut pos: usize,
+    first: u32,
+    opts: &DecodeOptions,
+    used: usize,
+    ends: &[u32],
+) -> formwork_models::Result<Branch> {
+    let mut walker = matcher.clone();
+    let mut walked = 0;
+    let mut ended = false;
+    commit_sampled(&mut matcher, first)?;
+    let mut pending = Some(first);
+    let mut out = DecodeOutput::empty();
+    let mut mask = TokenSet::new(codec.token_bytes().len().max(logits.len()));
+    let mut greedy = Sampler::new(crate::sampling::Sampling::Greedy, 0);
+    let (mut logprob, mut scored, mut passes) = (0.0, 0, 0);
+    let mut finished = false;
+    loop {
+        let cap = opts.max_tokens.saturating_sub(used + out.tokens.len());
+        if pending.is_none() {
+            matcher.set_budget(cap);
+        }
+        let sampled = pending.is_some();
+        let (toks, forced) = plan_feed(&mut matcher, codec, pending.take(), opts, cap);
+        if !toks.is_empty() {
+            out.push(codec, &toks, sampled, forced);
+            finished = matcher.is_finished();
+            for (i, &t) in toks.iter().enumerate() {
+                logprob += log_softmax_at(&logits, t);
+                scored += 1;
+                if finished && i + 1 == toks.len() {
+                    break;
+                }
+                logits = model.forward(&[t], pos)?;
+                passes += 1;
+                pos += 1;
+            }
+            if finished {
+                break;
+            }
+            continue;
+        }
+        // A decision point: has the text passed the end of the value?
+        while !ended && walked < out.bytes.len() {
+            ended = walker.commit_bytes(&out.bytes[walked..walked + 1]).is_err()
+                || ends.contains(&walker.state_id());
+            walked += 1;
+        }
+        if ended
+            || out.tokens.len() >= LOOKAHEAD_MAX_TOKENS
+            || cap == 0
+            || opts.deadline.is_some_and(|d| Instant::now() >= d)
+        {
+            break;
+        }
+        matcher.set_budget(cap);
+        out.steered |= matcher.is_steering();
+        let Some(tok) = pick(
+            &mut matcher,
+            &mut greedy,
+            &logits,
+            &mut mask,
+            &mut out.stats,
+        ) else {
+            break;
+        };
+        if codec.eos_ids().contains(&tok) {
+            break;
+        }
+        commit_sampled(&mut matcher, tok)?;
+        pending = Some(tok);
+    }
+    Ok(Branch {
+        model,
+        matcher,
+        logits,
+        pos,
+        out,
+        finished,
+        logprob,
+        scored,
+        passes,
+    })
 }
 
 fn full_mask(matcher: &mut Matcher, mask: &mut TokenSet, stats: &mut DecodeStats) {

@@ -139,6 +139,12 @@ pub struct ExtractOptions {
     pub instructions: Option<String>,
     pub timeout: Option<Duration>,
     pub jump_forward: bool,
+    /// With jump-forward, tokenise a sampled token together with the forced bytes
+    /// after it (on by default; off only to measure the split it fixes).
+    pub heal_forced: bool,
+    /// Greedy masked decoding: at a nullable field, weigh `null` against the best
+    /// value branch before committing (see `decode::decode_masked`). Off by default.
+    pub null_lookahead: bool,
     /// JSON Pointers whose non-empty value marks a record for review.
     pub review_fields: Vec<String>,
     /// How the schema is shown to the model (the mask enforces the JSON Schema either way).
@@ -158,6 +164,8 @@ impl Default for ExtractOptions {
             instructions: None,
             timeout: None,
             jump_forward: true,
+            heal_forced: true,
+            null_lookahead: false,
             review_fields: Vec::new(),
             prompt: prompt::PromptStyle::default(),
             examples: Vec::new(),
@@ -179,6 +187,18 @@ pub struct Extraction {
     pub tokens_generated: usize,
     pub tokens_forced: usize,
     pub forward_passes: usize,
+    /// Forward passes spent by the null lookahead, both branches (counted in
+    /// `forward_passes` too).
+    pub lookahead_forward_passes: usize,
+    /// Decision points where the null lookahead ran, and how many `null` won.
+    pub lookaheads: usize,
+    pub lookahead_null_wins: usize,
+    /// Spans fed by jump-forward, and how many are not the tokenizer's own encoding
+    /// of the output text at that place.
+    pub forced_spans: usize,
+    pub forced_spans_noncanonical: usize,
+    /// The output's tokens differ from the tokenizer's encoding of the output text.
+    pub noncanonical: bool,
     pub ms: u64,
     pub schema_sha256: String,
     pub model: String,
@@ -194,6 +214,12 @@ pub struct Extraction {
     pub mask_ns: Vec<u64>,
     #[serde(skip)]
     pub decode_ms: f64,
+    /// The tokens of the last attempt, and the ranges of them fed by jump-forward
+    /// (for traces: `examples/trace_forced.rs`).
+    #[serde(skip)]
+    pub tokens: Vec<u32>,
+    #[serde(skip)]
+    pub forced_ranges: Vec<(usize, usize)>,
 }
 
 struct PrefixCache {
@@ -281,6 +307,12 @@ impl Engine {
             tokens_generated: 0,
             tokens_forced: 0,
             forward_passes: 0,
+            lookahead_forward_passes: 0,
+            lookaheads: 0,
+            lookahead_null_wins: 0,
+            forced_spans: 0,
+            forced_spans_noncanonical: 0,
+            noncanonical: false,
             ms: 0,
             schema_sha256: schema.sha256.clone(),
             model: self.loaded.name.clone(),
@@ -291,6 +323,8 @@ impl Engine {
             text: String::new(),
             mask_ns: Vec::new(),
             decode_ms: 0.0,
+            tokens: Vec::new(),
+            forced_ranges: Vec::new(),
         };
         let result = match opts.mode {
             Mode::Masked => self.extract_masked(schema, document, opts, &mut ex),
@@ -371,6 +405,8 @@ impl Engine {
         DecodeOptions {
             max_tokens: opts.max_tokens,
             jump_forward: opts.jump_forward,
+            heal_forced: opts.heal_forced,
+            null_lookahead: opts.null_lookahead,
             deadline: opts.timeout.map(|t| started + t),
         }
     }
@@ -396,7 +432,7 @@ impl Engine {
         let mut sampler = Sampler::new(opts.sampling.clone(), opts.seed);
         let dopts = self.decode_options(opts, started);
         let out = decode_masked(
-            self.loaded.model.as_mut(),
+            &mut self.loaded.model,
             &self.loaded.tokenizer,
             &mut matcher,
             &mut sampler,
@@ -489,6 +525,14 @@ impl Engine {
         ex.tokens_generated += out.stats.tokens_generated;
         ex.tokens_forced += out.stats.tokens_forced;
         ex.forward_passes += out.stats.forward_passes + 1;
+        ex.lookahead_forward_passes += out.stats.lookahead_forward_passes;
+        ex.lookaheads += out.stats.lookaheads;
+        ex.lookahead_null_wins += out.stats.lookahead_null_wins;
+        ex.forced_spans += out.stats.forced_spans;
+        ex.forced_spans_noncanonical += out.stats.forced_spans_noncanonical;
+        ex.noncanonical = out.stats.noncanonical;
+        ex.tokens = out.tokens.clone();
+        ex.forced_ranges = out.forced_ranges.clone();
         ex.mask_ns.extend_from_slice(&out.stats.mask_ns);
         ex.decode_ms += out.stats.decode_time.as_secs_f64() * 1000.0;
         ex.cut_short = out.steered;
