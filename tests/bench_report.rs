@@ -117,12 +117,21 @@ fn bench_report_renders_in_a_browser() {
         let x = &report["overall"][mode];
         let base = x["null_baseline_accuracy"].as_f64().unwrap();
         assert!((base - 23.0 / 32.0).abs() < 1e-9, "{mode}: {x}");
-        for k in ["slot_precision", "slot_recall", "slot_f1", "false_fill_rate", "miss_rate"] {
+        for k in [
+            "slot_precision",
+            "slot_recall",
+            "slot_f1",
+            "false_fill_rate",
+            "miss_rate",
+        ] {
             assert!(x.get(k).is_some(), "{mode} lacks {k}: {x}");
         }
         assert!(x["per_field_slots"]["/object_name"]["hit"].is_u64(), "{x}");
     }
-    assert!(stdout.contains("all-null") && stdout.contains("slot F1"), "{stdout}");
+    assert!(
+        stdout.contains("all-null") && stdout.contains("slot F1"),
+        "{stdout}"
+    );
 
     let html = dir.join("index.html");
     let Some(bin) = chromium() else {

@@ -18,7 +18,7 @@ fn real_home() -> std::path::PathBuf {
 #[test]
 fn list_shows_the_default_model_present() {
     let home = real_home();
-    let file = home.join("models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let file = home.join("models/qwen2.5-coder-0.5b/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
     if !file.is_file() {
         eprintln!(
             "SKIPPED: {} is absent; run `formwork models fetch`",
@@ -35,12 +35,13 @@ fn list_shows_the_default_model_present() {
     let text = String::from_utf8(out.stdout).unwrap();
     let line = text
         .lines()
-        .find(|l| l.starts_with("smollm2-135m"))
+        .find(|l| l.starts_with("qwen2.5-coder-0.5b"))
         .expect(&text);
     assert!(
         line.contains("present") && line.contains("(default)"),
         "{line}"
     );
+    assert_eq!(text.matches("(default)").count(), 1, "{text}");
     assert!(text.contains("gemma3-270m"), "{text}");
     assert!(text.contains("qwen2.5-coder-0.5b"), "{text}");
 }

@@ -362,7 +362,9 @@ fn a_bad_worked_example_is_an_error_naming_its_line() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
     assert!(
-        stderr.contains("ex.jsonl:3") && stderr.contains("does not fit the schema") && stderr.contains("status"),
+        stderr.contains("ex.jsonl:3")
+            && stderr.contains("does not fit the schema")
+            && stderr.contains("status"),
         "{stderr}"
     );
     let _ = std::fs::remove_dir_all(&dir);
@@ -380,7 +382,8 @@ fn worked_examples_are_prior_turns_of_the_prompt() {
             .arg("--input")
             .arg(examples().join("vacation_request.txt"));
         if with {
-            c.arg("--examples").arg(examples().join("vacation.examples.jsonl"));
+            c.arg("--examples")
+                .arg(examples().join("vacation.examples.jsonl"));
         }
         let out = c.output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
