@@ -149,7 +149,11 @@ fn chunked_prefill_equals_full_prefill() {
         let d = common::max_abs_diff(&full, &last);
         let s = scale(&full);
         eprintln!("chunks of {chunk}: largest difference {d} (max |logit| {s})");
-        assert_eq!(common::argmax(&full), common::argmax(&last), "chunks of {chunk}");
+        assert_eq!(
+            common::argmax(&full),
+            common::argmax(&last),
+            "chunks of {chunk}"
+        );
         assert!(d <= TOL * s, "chunks of {chunk}: largest difference {d}");
     }
 }
