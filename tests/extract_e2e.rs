@@ -400,3 +400,77 @@ fn worked_examples_are_prior_turns_of_the_prompt() {
     );
     assert!(b > a + 100, "three examples add their tokens: {a} -> {b}");
 }
+
+/// With worked examples picked per record (BM25), every record still starts from the
+/// cached system message: the second and third records reuse at least its tokens, and
+/// the answers are the ones a prefill from scratch gives.
+#[test]
+fn per_record_examples_still_reuse_the_system_prefix() {
+    let Some(home) = home() else { return };
+    let dir = std::env::temp_dir().join(format!("formwork-prefix-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let schema = dir.join("s.json");
+    std::fs::write(&schema, r#"{"type":"object","properties":{"city":{"type":["string","null"],"maxLength":20}},"required":["city"],"additionalProperties":false}"#).unwrap();
+    let pool = dir.join("ex.jsonl");
+    std::fs::write(
+        &pool,
+        "{\"text\":\"We moved to Rome last spring.\",\"expected\":{\"city\":\"Rome\"}}\n\
+         {\"text\":\"The parcel left Oslo on Monday.\",\"expected\":{\"city\":\"Oslo\"}}\n\
+         {\"text\":\"No place is named here.\",\"expected\":{\"city\":null}}\n",
+    )
+    .unwrap();
+    let input = dir.join("in.jsonl");
+    std::fs::write(
+        &input,
+        "{\"id\":\"a\",\"text\":\"I moved to Lima last spring.\"}\n\
+         {\"id\":\"b\",\"text\":\"The parcel left Paris on Monday.\"}\n\
+         {\"id\":\"c\",\"text\":\"Nothing here names a place.\"}\n",
+    )
+    .unwrap();
+    let run = |name: &str, extra: &[&str]| -> (Value, Vec<Value>) {
+        let out = dir.join(name);
+        let _ = std::fs::remove_file(&out);
+        let r = formwork(&home)
+            .args([
+                "extract",
+                "--json",
+                "--quiet",
+                "--max-tokens",
+                "24",
+                "--shots",
+                "1",
+            ])
+            .arg("--schema")
+            .arg(&schema)
+            .arg("--examples")
+            .arg(&pool)
+            .arg("--jsonl")
+            .arg(&input)
+            .arg("--out")
+            .arg(&out)
+            .args(extra)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(0), "{stderr}");
+        let summary: Value = serde_json::from_slice(&r.stdout).unwrap();
+        let records = std::fs::read_to_string(&out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        (summary, records)
+    };
+    let (reused, with) = run("reuse.jsonl", &[]);
+    let (none, without) = run("full.jsonl", &["--no-prefix-reuse"]);
+    assert_eq!(none["prefix_tokens_reused"], 0, "{none}");
+    // The system message alone is far over 100 tokens; records 2 and 3 reuse it.
+    let n = reused["prefix_tokens_reused"].as_u64().unwrap();
+    assert!(n > 200, "system prefix not reused: {reused}");
+    for (a, b) in with.iter().zip(&without) {
+        assert_eq!(a["id"], b["id"]);
+        assert_eq!(a["value"], b["value"], "{a}\n{b}");
+    }
+    assert_eq!(with.len(), 3);
+    let _ = std::fs::remove_dir_all(&dir);
+}

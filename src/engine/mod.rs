@@ -227,11 +227,17 @@ struct PrefixCache {
     model: Box<dyn LanguageModel>,
 }
 
+/// How many prompt prefixes [`Engine`] keeps the KV state of. Two levels are in use
+/// per record (the system message, and the system message with the record's worked
+/// examples); a few more let records that pick the same examples share them.
+const PREFIX_CACHE_ENTRIES: usize = 4;
+
 /// A loaded model plus what extraction shares across documents.
 pub struct Engine {
     loaded: LoadedModel,
     trie: Arc<TokTrie>,
-    prefix: Option<PrefixCache>,
+    /// KV snapshots of prompt prefixes, least recently used first.
+    prefix: Vec<PrefixCache>,
     /// Reuse the KV state of the prompt prefix shared by consecutive records.
     pub reuse_prefix: bool,
     /// Tokens fed from a reused prefix (for measuring the saving).
@@ -251,7 +257,7 @@ impl Engine {
         Engine {
             loaded,
             trie,
-            prefix: None,
+            prefix: Vec::new(),
             reuse_prefix: true,
             prefix_tokens_reused: 0,
         }
@@ -359,46 +365,72 @@ impl Engine {
         Ok(ids)
     }
 
-    /// The number of leading tokens of `ids` that every document of this schema
-    /// shares: the longest common prefix with the same prompt for two dummy documents.
-    fn shared_prefix_len(
+    /// The prefix lengths of `ids` worth a KV snapshot, ascending: what every document
+    /// of this schema shares whatever its examples (the system message and the start of
+    /// the first user turn), then what it shares with these examples. Each is the
+    /// longest common prefix with the same prompt for two dummy documents.
+    fn shared_prefix_cuts(
         &self,
         system: &str,
         examples: &[prompt::Example],
         ids: &[u32],
-    ) -> anyhow::Result<usize> {
-        let mut k = ids.len();
-        for dummy in ["A", "Z z"] {
-            let other = self.prompt_tokens(&prompt::conversation(system, examples, dummy))?;
-            k = k.min(ids.iter().zip(&other).take_while(|(a, b)| a == b).count());
+    ) -> anyhow::Result<Vec<usize>> {
+        let lcp = |examples: &[prompt::Example]| -> anyhow::Result<usize> {
+            let mut k = ids.len();
+            for dummy in ["A", "Z z"] {
+                let other = self.prompt_tokens(&prompt::conversation(system, examples, dummy))?;
+                k = k.min(ids.iter().zip(&other).take_while(|(a, b)| a == b).count());
+            }
+            Ok(k)
+        };
+        let mut cuts = Vec::with_capacity(2);
+        if !examples.is_empty() {
+            cuts.push(lcp(&[])?);
         }
-        Ok(k)
+        cuts.push(lcp(examples)?);
+        cuts.dedup();
+        Ok(cuts)
     }
 
-    /// Feed the prompt; returns the logits after its last token. Reuses the KV
-    /// state of a cached shared prefix when the prompt starts with it.
-    fn prefill(&mut self, ids: &[u32], shared: usize) -> anyhow::Result<Vec<f32>> {
+    /// Feed the prompt; returns the logits after its last token. Starts from the
+    /// longest cached prefix of `ids`, and snapshots the KV state at each of `cuts`
+    /// (ascending prefix lengths) that it passes, for the next records.
+    fn prefill(&mut self, ids: &[u32], cuts: &[usize]) -> anyhow::Result<Vec<f32>> {
         anyhow::ensure!(!ids.is_empty(), "empty prompt");
+        let mut pos = 0;
         if self.reuse_prefix {
-            if let Some(p) = &self.prefix {
-                if ids.len() > p.tokens.len() && ids.starts_with(&p.tokens) {
-                    let n = p.tokens.len();
-                    self.loaded.model = p.model.snapshot();
-                    self.prefix_tokens_reused += n;
-                    return Ok(self.loaded.model.forward(&ids[n..], n)?);
-                }
+            let best = (self.prefix.iter().enumerate())
+                .filter(|(_, p)| ids.len() > p.tokens.len() && ids.starts_with(&p.tokens))
+                .max_by_key(|(_, p)| p.tokens.len())
+                .map(|(i, _)| i);
+            if let Some(i) = best {
+                let p = self.prefix.remove(i);
+                pos = p.tokens.len();
+                self.loaded.model = p.model.snapshot();
+                self.prefix_tokens_reused += pos;
+                self.prefix.push(p);
             }
         }
-        self.loaded.model.clear_kv_cache();
-        if self.reuse_prefix && shared > 0 && shared < ids.len() {
-            self.loaded.model.forward(&ids[..shared], 0)?;
-            self.prefix = Some(PrefixCache {
-                tokens: ids[..shared].to_vec(),
-                model: self.loaded.model.snapshot(),
-            });
-            return Ok(self.loaded.model.forward(&ids[shared..], shared)?);
+        if pos == 0 {
+            self.loaded.model.clear_kv_cache();
         }
-        Ok(self.loaded.model.forward(ids, 0)?)
+        if self.reuse_prefix {
+            for &cut in cuts {
+                if cut <= pos || cut >= ids.len() {
+                    continue;
+                }
+                self.loaded.model.forward(&ids[pos..cut], pos)?;
+                pos = cut;
+                if self.prefix.len() >= PREFIX_CACHE_ENTRIES {
+                    self.prefix.remove(0);
+                }
+                self.prefix.push(PrefixCache {
+                    tokens: ids[..cut].to_vec(),
+                    model: self.loaded.model.snapshot(),
+                });
+            }
+        }
+        Ok(self.loaded.model.forward(&ids[pos..], pos)?)
     }
 
     fn decode_options(&self, opts: &ExtractOptions, started: Instant) -> DecodeOptions {
@@ -424,10 +456,10 @@ impl Engine {
             prompt::system_message(&schema.value, opts.prompt, opts.instructions.as_deref());
         let messages = prompt::conversation(&system, &opts.examples, document);
         let ids = self.prompt_tokens(&messages)?;
-        let shared = self.shared_prefix_len(&system, &opts.examples, &ids)?;
+        let cuts = self.shared_prefix_cuts(&system, &opts.examples, &ids)?;
         ex.tokens_prompt = ids.len();
         ex.attempts = 1;
-        let logits = self.prefill(&ids, shared)?;
+        let logits = self.prefill(&ids, &cuts)?;
         let mut matcher = Matcher::new(grammar, self.trie.clone());
         let mut sampler = Sampler::new(opts.sampling.clone(), opts.seed);
         let dopts = self.decode_options(opts, started);
@@ -476,8 +508,8 @@ impl Engine {
                     self.loaded.model.forward(&ids[n..], n)?
                 }
                 _ => {
-                    let shared = self.shared_prefix_len(&system, &opts.examples, &ids)?;
-                    self.prefill(&ids, shared)?
+                    let cuts = self.shared_prefix_cuts(&system, &opts.examples, &ids)?;
+                    self.prefill(&ids, &cuts)?
                 }
             };
             if self.reuse_prefix && attempt <= opts.retries {
