@@ -1,7 +1,8 @@
-//! End to end with the real default model (SmolLM2-135M): masked extraction is
-//! valid, free mode reports its attempts, and a batch resumes without losing or
-//! repeating a record. Skipped (with a message) when the model is not fetched:
-//! run `formwork models fetch smollm2-135m` (scripts/test does).
+//! End to end with real models: masked extraction is valid, free mode reports its
+//! attempts, and a batch resumes without losing or repeating a record, with the small
+//! SmolLM2-135M for speed; README command 1 with the default Qwen2.5-Coder-0.5B.
+//! Skipped (with a message) when a model is not fetched: run `formwork models fetch
+//! smollm2-135m` / `qwen2.5-coder-0.5b` (scripts/test does).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -473,4 +474,49 @@ fn per_record_examples_still_reuse_the_system_prefix() {
     }
     assert_eq!(with.len(), 3);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// README command 1, with the default model (not the small test model): the answer a
+/// person would accept for the order e-mail. Two rows, SKU 11 with 12 pieces, SKU 42
+/// with quantity null and "una decina" (the uncertain one), the address and the
+/// billing name.
+#[test]
+fn readme_command_1_extracts_the_order_email_right() {
+    let Some(home) = common::home_with_qwen() else {
+        return;
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_formwork"))
+        .env("FORMWORK_HOME", &home)
+        .env_remove("FORMWORK_MODEL")
+        .env("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0")
+        .args(["extract", "--json", "--schema"])
+        .arg(examples().join("order_email.schema.json"))
+        .arg("--input")
+        .arg(examples().join("order_email.txt"))
+        .arg("--examples")
+        .arg(examples().join("order_email.examples.jsonl"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let ex: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(ex["model"], "qwen2.5-coder-0.5b", "{ex}");
+    let v = &ex["value"];
+    let rows = v["righe"].as_array().unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(rows.len(), 2, "{v}");
+    assert_eq!(
+        (&rows[0]["sku_grezzo"], &rows[0]["quantita"]),
+        (&"11".into(), &12.into()),
+        "{v}"
+    );
+    assert_eq!(rows[1]["sku_grezzo"], "42", "{v}");
+    assert_eq!(rows[1]["quantita"], Value::Null, "{v}");
+    assert_eq!(rows[1]["quantita_testuale"], "una decina", "{v}");
+    assert_eq!(v["indirizzo_spedizione"], "Via Roma 3, Lecce", "{v}");
+    assert_eq!(v["cliente_fatturazione"], "Brambilla", "{v}");
+    assert_eq!(
+        v["campi_incerti"],
+        serde_json::json!(["righe.1.quantita"]),
+        "{v}"
+    );
 }

@@ -24,3 +24,20 @@ pub fn home_with_smollm2() -> Option<PathBuf> {
         None
     }
 }
+
+pub const QWEN_FILE: &str = "models/qwen2.5-coder-0.5b/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+
+/// The cache root when the default extraction model (Qwen2.5-Coder-0.5B) is fetched;
+/// otherwise prints SKIPPED and returns None.
+#[allow(dead_code)]
+pub fn home_with_qwen() -> Option<PathBuf> {
+    let home = formwork_home();
+    if home.join(QWEN_FILE).is_file() {
+        Some(home)
+    } else {
+        eprintln!(
+            "SKIPPED: qwen2.5-coder-0.5b not fetched; run `formwork models fetch qwen2.5-coder-0.5b`"
+        );
+        None
+    }
+}
