@@ -207,6 +207,11 @@ pub struct RecordResult {
     /// Pointers of predicted strings that are placeholders: empty, "N/A", "unknown",
     /// or a copy of a field's name, title or description.
     pub placeholders: Vec<String>,
+    /// Filled free-text strings (the nullable strings `--source-strings` marks), and
+    /// the pointers of those that are not a span of the record's text: invented or
+    /// altered values, whatever the mode.
+    pub free_text_values: usize,
+    pub not_in_text: Vec<String>,
     /// The examples put in the prompt (their count).
     pub shots: usize,
     pub needs_review: bool,
@@ -354,6 +359,32 @@ pub fn find_placeholders(value: &Value, texts: &std::collections::BTreeSet<Strin
     out
 }
 
+/// The filled nullable free-text strings of `value` (those `--source-strings` marks,
+/// [`crate::engine::source::mark_free_text`]), and the pointers of those that are not a
+/// substring of `text` (the same span rule as the grammar's, exact bytes). Counted with
+/// the validator's own `not_in_source` check: against an empty text every non-empty
+/// marked string fails, which counts them.
+pub fn spans_not_in_text(schema: &Value, value: &Value, text: &str) -> (usize, Vec<String>) {
+    let marked = crate::engine::source::mark_free_text(
+        schema,
+        formwork_grammar::source::SourceMode::Substring,
+    );
+    let failures = |doc: &str| -> Vec<String> {
+        let Ok(v) = crate::validate::Validator::with_source(&marked, doc) else {
+            return Vec::new();
+        };
+        match v.check_value(value) {
+            crate::validate::Verdict::SemanticInvalid(errs) => errs
+                .into_iter()
+                .filter(|e| e.r#type == "not_in_source")
+                .map(|e| crate::validate::errors::pointer_from_loc(&e.loc))
+                .collect(),
+            _ => Vec::new(),
+        }
+    };
+    (failures("").len(), failures(text))
+}
+
 pub fn score(case: &Case, mode: BenchMode, ex: &Extraction, exact_strings: bool) -> RecordResult {
     let conforming = matches!(
         ex.verdict,
@@ -382,6 +413,10 @@ pub fn score(case: &Case, mode: BenchMode, ex: &Extraction, exact_strings: bool)
         .as_ref()
         .map(|v| find_placeholders(v, &placeholder_texts(&case.schema)))
         .unwrap_or_default();
+    let (free_text_values, not_in_text) = value
+        .as_ref()
+        .map(|v| spans_not_in_text(&case.schema, v, &case.text))
+        .unwrap_or_default();
     let fields_correct = field_hits.values().filter(|h| **h).count();
     RecordResult {
         id: case.id.clone(),
@@ -398,6 +433,8 @@ pub fn score(case: &Case, mode: BenchMode, ex: &Extraction, exact_strings: bool)
         slots,
         gold_empty,
         placeholders,
+        free_text_values,
+        not_in_text,
         shots: 0,
         needs_review: ex.needs_review,
         attempts: ex.attempts,
@@ -443,6 +480,9 @@ pub struct Summary {
     /// the filled predictions.
     pub placeholders: usize,
     pub placeholder_rate: f64,
+    /// Filled free-text strings, and those not found in their record's text.
+    pub free_text_values: usize,
+    pub not_in_text: usize,
     pub per_field: BTreeMap<String, f64>,
     /// Per field: how many of each slot outcome.
     pub per_field_slots: BTreeMap<String, SlotCounts>,
@@ -589,6 +629,8 @@ pub fn summarize(rs: &[&RecordResult]) -> Summary {
         miss_rate: ratio(slots.miss, slots.gold_filled()),
         placeholders,
         placeholder_rate: ratio(placeholders, slots.predicted()),
+        free_text_values: rs.iter().map(|r| r.free_text_values).sum(),
+        not_in_text: rs.iter().map(|r| r.not_in_text.len()).sum(),
         per_field_slots,
         per_field: per_field_hits
             .into_iter()
@@ -814,11 +856,11 @@ pub fn markdown(r: &Report) -> String {
             String::new()
         },
     );
-    s.push_str("| mode | schema-valid | field acc. | all-null | slot P | slot R | slot F1 | false fills | misses | placeholders | exact match |\n");
-    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    s.push_str("| mode | schema-valid | field acc. | all-null | slot P | slot R | slot F1 | false fills | misses | placeholders | not in text | exact match |\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (mode, x) in &r.overall {
         s.push_str(&format!(
-            "| {mode} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {mode} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} of {} | {} |\n",
             pct(x.schema_valid_rate),
             pct(x.field_accuracy),
             pct(x.null_baseline_accuracy),
@@ -828,6 +870,8 @@ pub fn markdown(r: &Report) -> String {
             pct(x.false_fill_rate),
             pct(x.miss_rate),
             x.placeholders,
+            x.not_in_text,
+            x.free_text_values,
             pct(x.exact_match),
         ));
     }
@@ -1014,6 +1058,30 @@ mod tests {
             forced_ranges: Vec::new(),
         };
         score(&case, BenchMode::Masked, &ex, false)
+    }
+
+    #[test]
+    fn values_not_in_the_text_are_counted_whatever_the_mode() {
+        let schema = json!({"type": "object", "properties": {
+            "city": {"type": ["string", "null"]},
+            "state": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+            "kind": {"type": ["string", "null"], "enum": ["a", "b", null]},
+            "note": {"type": "string"}
+        }});
+        let text = "Book a table in Rome, please";
+        // city is a span; state is invented; kind (an enum) and note (not nullable) are
+        // not free text and are not looked at; null is not a value.
+        let v = json!({"city": "Rome", "state": "Lazio", "kind": "a", "note": "xyz"});
+        assert_eq!(
+            spans_not_in_text(&schema, &v, text),
+            (2, vec!["/state".to_string()])
+        );
+        let v = json!({"city": "rome", "state": null, "kind": null, "note": "x"});
+        // Exact bytes, as the grammar's constraint: a case change is not a span.
+        assert_eq!(
+            spans_not_in_text(&schema, &v, text),
+            (1, vec!["/city".to_string()])
+        );
     }
 
     #[test]
