@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Rescore an old `formwork bench` report.json (from before the slot measures) with the
 measures the bench now computes: the all-null baseline, slot precision/recall/F1, false
-fills and misses, per mode; with a third argument (another report.json), only the records
+fills and misses, and filled free-text values not found in the text (the fields
+`--source-strings` marks), per mode; with a third argument (another report.json), only the records
 whose ids that report also has (to compare runs on the same records). Same rules as src/bench/mod.rs: empty = null, absent or
 false; strings compared trimmed and lowercased; a record that does not conform fills
 nothing. Usage: scripts/rescore_report.py DATASET.jsonl REPORT.json [ONLY_IDS_OF.json]"""
@@ -35,11 +36,61 @@ def equal(a, b):
         return float(a) == float(b)
     return a == b
 
+def free_text_pointers(schema):
+    """Pointers of the object properties `--source-strings` would mark (nullable strings
+    with no enum, const, format or pattern; `$ref` followed inside the schema)."""
+    def resolve(v):
+        for _ in range(8):
+            r = v.get("$ref") if isinstance(v, dict) else None
+            if not (isinstance(r, str) and r.startswith("#")):
+                break
+            t = schema
+            for part in r[1:].split("/")[1:]:
+                t = t.get(part.replace("~1", "/").replace("~0", "~"), {})
+            v = t
+        return v
+    def free(m):
+        return not any(k in m for k in ("enum", "const", "format", "pattern"))
+    def types(m):
+        t = m.get("type")
+        return [t] if isinstance(t, str) else list(t or [])
+    def marked(v):
+        m = resolve(v)
+        if not isinstance(m, dict):
+            return False
+        if sorted(types(m)) == ["null", "string"] and free(m):
+            return True
+        for k in ("anyOf", "oneOf"):
+            bs = m.get(k)
+            if isinstance(bs, list) and len(bs) == 2:
+                nulls = [b for b in bs if isinstance(b, dict) and types(resolve(b)) == ["null"]]
+                strs = [b for b in bs if isinstance(b, dict) and types(resolve(b)) == ["string"]
+                        and free(resolve(b)) and free(b)]
+                if len(nulls) == 1 and len(strs) == 1:
+                    return True
+        return False
+    out = []
+    def walk(v, p):
+        m = resolve(v)
+        if isinstance(m, dict):
+            for k, x in (m.get("properties") or {}).items():
+                q = p + "/" + k.replace("~", "~0").replace("/", "~1")
+                if marked(x):
+                    out.append(q)
+                else:
+                    walk(x, q)
+    walk(schema, "")
+    return out
+
 gold = {}
+texts = {}
+schemas = {}
 for line in open(sys.argv[1]):
     if line.strip():
         d = json.loads(line)
         gold[d["id"]] = d["expected"]
+        texts[d["id"]] = d["text"]
+        schemas[d["id"]] = d["schema"]
 report = json.load(open(sys.argv[2]))
 only = None
 if len(sys.argv) > 3:
@@ -48,10 +99,16 @@ modes = {}
 for r in report["records"]:
     if only is not None and r["id"] not in only:
         continue
-    m = modes.setdefault(r["mode"], dict(n=0, total=0, right=0, gold_empty=0, hit=0, wrong=0, ff=0, miss=0, emp=0))
+    m = modes.setdefault(r["mode"], dict(n=0, total=0, right=0, gold_empty=0, hit=0, wrong=0, ff=0, miss=0, emp=0, ft=0, nit=0))
     m["n"] += 1
     conforming = r["verdict"] in ("valid", "semantic_invalid")
     value = r["value"] if conforming else None
+    if value is not None:
+        for ptr in free_text_pointers(schemas[r["id"]]):
+            x = get(value, ptr)
+            if isinstance(x, str) and x != "":
+                m["ft"] += 1
+                m["nit"] += x not in texts[r["id"]]
     for ptr, g in leaves(gold[r["id"]]):
         p = get(value, ptr) if value is not None else None
         m["total"] += 1
@@ -67,8 +124,8 @@ for r in report["records"]:
             m["hit"] += 1
         else:
             m["wrong"] += 1
-print("| mode | records | field acc. | all-null | slot P | slot R | slot F1 | false fills | misses |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| mode | records | field acc. | all-null | slot P | slot R | slot F1 | false fills | misses | not in text |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for mode, m in modes.items():
     pred = m["hit"] + m["wrong"] + m["ff"]
     goldf = m["hit"] + m["wrong"] + m["miss"]
@@ -76,4 +133,4 @@ for mode, m in modes.items():
     R = m["hit"] / goldf if goldf else float("nan")
     F = 2 * m["hit"] / (pred + goldf) if pred + goldf else float("nan")
     print(f"| {mode} | {m['n']} | {100*m['right']/m['total']:.1f}% | {100*m['gold_empty']/m['total']:.1f}% | "
-          f"{P:.2f} | {R:.2f} | {F:.2f} | {100*m['ff']/(m['ff']+m['emp']):.1f}% | {100*m['miss']/goldf:.1f}% |")
+          f"{P:.2f} | {R:.2f} | {F:.2f} | {100*m['ff']/(m['ff']+m['emp']):.1f}% | {100*m['miss']/goldf:.1f}% | {m['nit']} of {m['ft']} |")
