@@ -34,11 +34,28 @@ pub enum Pick {
     First,
 }
 
+/// The schema without its `x-formwork-source` marks. They bind a value to the record's
+/// own text, so they are no part of which schema an example line belongs to
+/// (`--source-strings` adds them to the record's schema, never to the examples').
+fn without_source_marks(schema: &Value) -> Value {
+    match schema {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| k.as_str() != crate::validate::source::KEYWORD)
+                .map(|(k, v)| (k.clone(), without_source_marks(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(without_source_marks).collect()),
+        v => v.clone(),
+    }
+}
+
 /// Read the examples for `schema` from `path`. `validator` is the schema's validator.
 pub fn load(path: &Path, schema: &Value, validator: &Validator) -> anyhow::Result<Vec<Loaded>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("examples {}", path.display()))?;
     let mut out = Vec::new();
+    let unmarked = without_source_marks(schema);
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
@@ -46,7 +63,7 @@ pub fn load(path: &Path, schema: &Value, validator: &Validator) -> anyhow::Resul
         let at = || format!("examples {}:{}", path.display(), i + 1);
         let v: Value = serde_json::from_str(line).with_context(|| format!("{}: not JSON", at()))?;
         if let Some(s) = v.get("schema") {
-            if s != schema {
+            if without_source_marks(s) != unmarked {
                 continue;
             }
         }
@@ -206,5 +223,42 @@ mod tests {
         let got = pick(&pool, "anything", None, 2, Pick::First);
         assert_eq!(got[0].text, pool[0].example.text);
         assert_eq!(got[1].text, pool[1].example.text);
+    }
+}
+
+#[cfg(test)]
+mod source_marks {
+    use super::*;
+    use serde_json::json;
+
+    /// `--source-strings` marks the record's schema; dataset-line examples of the same
+    /// schema (unmarked) still belong to it, and lines of another schema still do not.
+    #[test]
+    fn examples_of_a_schema_still_match_it_once_source_strings_mark_it() {
+        let schema =
+            json!({"type": "object", "properties": {"city": {"type": ["string", "null"]}}});
+        let marked = crate::engine::source::mark_free_text(
+            &schema,
+            formwork_grammar::source::SourceMode::Words,
+        );
+        assert_ne!(marked, schema);
+        let other = json!({"type": "object", "properties": {"town": {"type": ["string", "null"]}}});
+        let dir = std::env::temp_dir().join(format!("formwork-ex-marks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ex.jsonl");
+        let line = |s: &Value, text: &str, e: Value| {
+            json!({"text": text, "schema": s, "expected": e}).to_string() + "\n"
+        };
+        std::fs::write(
+            &path,
+            line(&schema, "I live in Rome", json!({"city": "Rome"}))
+                + &line(&other, "I live in Oslo", json!({"town": "Oslo"})),
+        )
+        .unwrap();
+        let validator = Validator::new(&marked).unwrap();
+        let got = load(&path, &marked, &validator).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].example.text, "I live in Rome");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
