@@ -88,6 +88,11 @@ pub struct Relaxed {
     pub why: String,
 }
 
+/// Why a schema did not compile. Every `pointer` is a JSON Pointer (RFC 6901) into the
+/// schema document, in that one form everywhere: `""` is the document itself,
+/// `/properties/a/pattern` the `pattern` keyword of property `a` (`~0` and `~1` escape `~`
+/// and `/`). Where a subschema is the conjunction of several places (an `allOf`, a `$ref`
+/// beside other keywords), their pointers are joined by ` & `.
 #[derive(Debug, thiserror::Error)]
 pub enum CompileError {
     #[error("unsupported keyword `{keyword}` at {pointer:?}: {why}")]

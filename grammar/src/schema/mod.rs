@@ -11,6 +11,7 @@ pub mod pattern;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 
+use num_bigint::BigInt;
 use serde_json::{Map, Value};
 
 use crate::compile::dfa::{Dfa, LenTable};
@@ -42,6 +43,18 @@ enum Draft {
     D2020,
 }
 
+/// One anchored regex a string must match, from a `pattern` or a `format` keyword.
+#[derive(Clone, Debug)]
+struct Pat {
+    re: String,
+    /// `pattern "..."` or `format "..."`, for `explain`.
+    label: String,
+    /// From `format`: a subset of the real format.
+    format: bool,
+    /// JSON Pointer (RFC 6901) of the keyword, where its errors are reported.
+    ptr: String,
+}
+
 #[derive(Clone, Debug)]
 struct Typed {
     t: u8,
@@ -50,8 +63,8 @@ struct Typed {
     q: i128,
     smin: u32,
     smax: Option<u32>,
-    /// Anchored regexes with a label; formats are flagged (a subset of the real format).
-    pats: Vec<(String, String, bool)>,
+    /// Anchored regexes from `pattern` and `format`.
+    pats: Vec<Pat>,
     amin: u32,
     amax: Option<u32>,
     prefix: Vec<Key>,
@@ -74,15 +87,42 @@ struct Typed {
     /// `x-formwork-source`, with its pointer (`words` wins when both are merged: it is
     /// the narrower).
     src: Option<(SourceMode, String)>,
+    /// Exact numeric bounds `(lo, hi)` in units of 10^-15 (`±num::far_inf()` when
+    /// unbounded), once a bound beyond `±BIG` was read (`minimum: 1e400`): then they,
+    /// not the clamped `lo`/`hi`, are the bounds. `None` for every usual schema.
+    far: Option<Rc<(BigInt, BigInt)>>,
 }
 
 impl Typed {
+    /// The exact numeric bounds (see [`Typed::far`]).
+    fn bounds_x(&self) -> (BigInt, BigInt) {
+        match &self.far {
+            Some(f) => (f.0.clone(), f.1.clone()),
+            None => {
+                let inf = num::far_inf();
+                (
+                    if self.lo <= -BIG {
+                        -inf.clone()
+                    } else {
+                        BigInt::from(self.lo)
+                    },
+                    if self.hi >= BIG {
+                        inf
+                    } else {
+                        BigInt::from(self.hi)
+                    },
+                )
+            }
+        }
+    }
+
     fn any() -> Typed {
         Typed {
             t: T_ALL,
             lo: -BIG,
             hi: BIG,
             q: 1,
+            far: None,
             smin: 0,
             smax: None,
             pats: Vec::new(),
@@ -205,6 +245,10 @@ fn intersect(
     r.t = (r.t & !(T_INT | T_NUM)) | num;
     r.lo = a.lo.max(b.lo);
     r.hi = a.hi.min(b.hi);
+    if a.far.is_some() || b.far.is_some() {
+        let ((al, ah), (bl, bh)) = (a.bounds_x(), b.bounds_x());
+        r.far = Some(Rc::new((al.max(bl), ah.min(bh))));
+    }
     r.q = match (a.q / gcd(a.q, b.q)).checked_mul(b.q) {
         Some(q) => q,
         None => return Ok(Some(None)),
@@ -685,22 +729,34 @@ impl<'a> Builder<'a> {
                         num::scaled(&s).ok_or_else(|| Self::invalid(&kp, "not a number"))?;
                     let excl_flag =
                         |name: &str| m.get(name).and_then(Value::as_bool).unwrap_or(false);
-                    match k.as_str() {
-                        "minimum" => {
-                            let ex = excl_flag("exclusiveMinimum");
-                            let lo = if exact && !ex { v } else { v + 1 };
-                            base.lo = base.lo.max(lo);
+                    let ex = match k.as_str() {
+                        "minimum" => excl_flag("exclusiveMinimum"),
+                        "maximum" => excl_flag("exclusiveMaximum"),
+                        _ => true,
+                    };
+                    let is_min = k == "minimum" || k == "exclusiveMinimum";
+                    // A bound `scaled` clamps is kept exactly as well (see `Typed::far`);
+                    // the exact bounds so far are taken before the clamped ones move.
+                    let far = (v.abs() >= BIG || base.far.is_some()).then(|| base.bounds_x());
+                    match (is_min, ex) {
+                        (true, false) => base.lo = base.lo.max(if exact { v } else { v + 1 }),
+                        (true, true) => base.lo = base.lo.max(v + 1),
+                        (false, false) => base.hi = base.hi.min(v),
+                        (false, true) => base.hi = base.hi.min(if exact { v - 1 } else { v }),
+                    }
+                    if let Some((mut lo, mut hi)) = far {
+                        let (vx, exact) = if v.abs() >= BIG {
+                            num::scaled_big(&s).ok_or_else(|| Self::invalid(&kp, "not a number"))?
+                        } else {
+                            (BigInt::from(v), exact)
+                        };
+                        match (is_min, ex) {
+                            (true, false) if exact => lo = lo.max(vx),
+                            (true, _) => lo = lo.max(vx + 1),
+                            (false, true) if exact => hi = hi.min(vx - 1),
+                            (false, _) => hi = hi.min(vx),
                         }
-                        "exclusiveMinimum" => base.lo = base.lo.max(v + 1),
-                        "maximum" => {
-                            let ex = excl_flag("exclusiveMaximum");
-                            let hi = if exact && ex { v - 1 } else { v };
-                            base.hi = base.hi.min(hi);
-                        }
-                        _ => {
-                            let hi = if exact { v - 1 } else { v };
-                            base.hi = base.hi.min(hi);
-                        }
+                        base.far = Some(Rc::new((lo, hi)));
                     }
                 }
                 "minLength" | "maxLength" | "minItems" | "maxItems" | "minProperties"
@@ -730,7 +786,12 @@ impl<'a> Builder<'a> {
                     match pattern::search_regexes(s) {
                         Ok(rs) => {
                             for r in rs {
-                                base.pats.push((r, format!("pattern {s:?}"), false));
+                                base.pats.push(Pat {
+                                    re: r,
+                                    label: format!("pattern {s:?}"),
+                                    format: false,
+                                    ptr: kp.clone(),
+                                });
                             }
                         }
                         Err(e) => self.unsupported(k, &kp, &format!("pattern {s:?}: {e}"))?,
@@ -741,7 +802,12 @@ impl<'a> Builder<'a> {
                     match pattern::format_regexes(s) {
                         Some(rs) => {
                             for r in rs {
-                                base.pats.push((r, format!("format {s:?}"), true));
+                                base.pats.push(Pat {
+                                    re: r,
+                                    label: format!("format {s:?}"),
+                                    format: true,
+                                    ptr: kp.clone(),
+                                });
                             }
                         }
                         None => base.bad_fmt.push((kp.clone(), s.to_string())),
@@ -1335,7 +1401,20 @@ impl<'a> Builder<'a> {
                 continue;
             }
             let mut cands = Vec::new();
-            if g == T_INT | T_NUM {
+            if g == T_INT | T_NUM && (cg.far.is_some() || y.far.is_some()) {
+                let ((cl, ch), (yl, yh)) = (cg.bounds_x(), y.bounds_x());
+                let inf = num::far_inf();
+                if yl > -inf.clone() {
+                    let mut a = cg.clone();
+                    a.far = Some(Rc::new((cl.clone(), ch.clone().min(yl - 1))));
+                    cands.push(a);
+                }
+                if yh < inf {
+                    let mut a = cg.clone();
+                    a.far = Some(Rc::new((cl.max(yh + 1), ch)));
+                    cands.push(a);
+                }
+            } else if g == T_INT | T_NUM {
                 if y.lo > -BIG {
                     let mut a = cg.clone();
                     a.hi = a.hi.min(y.lo - 1);
@@ -1453,11 +1532,16 @@ impl<'a> Builder<'a> {
         if common & (T_NULL | T_BOOL) != 0 {
             return Ok(false);
         }
-        if a.t & (T_INT | T_NUM) != 0
-            && b.t & (T_INT | T_NUM) != 0
-            && a.lo.max(b.lo) <= a.hi.min(b.hi)
-        {
-            return Ok(false);
+        if a.t & (T_INT | T_NUM) != 0 && b.t & (T_INT | T_NUM) != 0 {
+            let overlap = if a.far.is_some() || b.far.is_some() {
+                let ((al, ah), (bl, bh)) = (a.bounds_x(), b.bounds_x());
+                al.max(bl) <= ah.min(bh)
+            } else {
+                a.lo.max(b.lo) <= a.hi.min(b.hi)
+            };
+            if overlap {
+                return Ok(false);
+            }
         }
         if common & T_STR != 0 {
             let lo = a.smin.max(b.smin);
@@ -1544,7 +1628,14 @@ impl<'a> Builder<'a> {
                         return Ok(false);
                     }
                 }
-                Ok(x >= t.lo && x <= t.hi && x % t.q == 0)
+                let in_range = match &t.far {
+                    Some(f) => {
+                        let x = BigInt::from(x);
+                        f.0 <= x && x <= f.1
+                    }
+                    None => x >= t.lo && x <= t.hi,
+                };
+                Ok(in_range && x % t.q == 0)
             }
             Value::String(s) => {
                 if t.t & T_STR == 0 {
@@ -1554,7 +1645,10 @@ impl<'a> Builder<'a> {
                 if n < t.smin || t.smax.is_some_and(|m| n > m) {
                     return Ok(false);
                 }
-                for (re, _, is_fmt) in t.pats.clone() {
+                for Pat {
+                    re, format: is_fmt, ..
+                } in t.pats.clone()
+                {
                     if is_fmt && superset {
                         continue;
                     }
@@ -1698,10 +1792,7 @@ impl<'a> Builder<'a> {
     fn extra_keys(
         &mut self,
         t: &Typed,
-    ) -> Result<
-        Result<Option<(u32, Option<u32>, Vec<(String, String, bool)>)>, Vec<String>>,
-        CompileError,
-    > {
+    ) -> Result<Result<Option<(u32, Option<u32>, Vec<Pat>)>, Vec<String>>, CompileError> {
         let d = self.key_dnf(&t.pnames)?;
         for a in d.iter() {
             if a.t & T_STR == 0 {
@@ -1728,7 +1819,7 @@ impl<'a> Builder<'a> {
                 continue;
             }
             if !a.pats.is_empty() {
-                let res: Vec<String> = a.pats.iter().map(|p| p.0.clone()).collect();
+                let res: Vec<String> = a.pats.iter().map(|p| p.re.clone()).collect();
                 match self.dfa_for(&res)? {
                     Ok(Some(_)) => {}
                     _ => continue,
@@ -1965,11 +2056,8 @@ impl<'a> Builder<'a> {
         let ptr = k
             .iter()
             .map(|&l| {
-                if self.locs[l as usize].is_empty() {
-                    "#".to_string()
-                } else {
-                    format!("#{}", self.locs[l as usize])
-                }
+                // RFC 6901, like every pointer in an error: "" is the root.
+                self.locs[l as usize].clone()
             })
             .collect::<Vec<_>>()
             .join(" & ");
@@ -2061,20 +2149,26 @@ impl<'a> Builder<'a> {
             };
             match q {
                 Some(q) if q < BIG => {
-                    let spec = NumSpec {
-                        int_only,
-                        lo: t.lo.max(-BIG),
-                        hi: t.hi.min(BIG),
-                        q,
+                    let spec = match &t.far {
+                        None => Some(NumSpec {
+                            int_only,
+                            lo: t.lo.max(-BIG),
+                            hi: t.hi.min(BIG),
+                            q,
+                            exp: 0,
+                        }),
+                        Some(f) => num::far_spec(int_only, &f.0, &f.1, q),
                     };
-                    let id = match self.ir.nums.iter().position(|s| *s == spec) {
-                        Some(i) => i as u32,
-                        None => {
-                            self.ir.nums.push(spec);
-                            self.ir.nums.len() as u32 - 1
-                        }
-                    };
-                    alts.push(Alt::Num(id));
+                    if let Some(spec) = spec {
+                        let id = match self.ir.nums.iter().position(|s| *s == spec) {
+                            Some(i) => i as u32,
+                            None => {
+                                self.ir.nums.push(spec);
+                                self.ir.nums.len() as u32 - 1
+                            }
+                        };
+                        alts.push(Alt::Num(id));
+                    }
                 }
                 _ => {}
             }
@@ -2209,9 +2303,9 @@ impl<'a> Builder<'a> {
         &mut self,
         min: u32,
         max: Option<u32>,
-        pats: &[(String, String, bool)],
+        pats: &[Pat],
         excl: Option<u32>,
-        ptr: &str,
+        node_ptr: &str,
     ) -> Result<Option<u32>, CompileError> {
         if max.is_some_and(|m| m < min) {
             return Ok(None);
@@ -2219,12 +2313,17 @@ impl<'a> Builder<'a> {
         let (dfa, lens) = if pats.is_empty() {
             (None, None)
         } else {
-            let res: Vec<String> = pats.iter().map(|p| p.0.clone()).collect();
+            let res: Vec<String> = pats.iter().map(|p| p.re.clone()).collect();
+            // Errors of the regexes are reported at their keywords (`/pattern`), not at
+            // the subschema holding them.
+            let mut at: Vec<&str> = pats.iter().map(|p| p.ptr.as_str()).collect();
+            at.dedup();
+            let ptr = &at.join(" & ");
             let d = match self.dfa_for(&res).map_err(|e| at_ptr(e, ptr))? {
                 Ok(Some(d)) => d,
                 Ok(None) => return Ok(None),
                 Err(e) => {
-                    let kw = if pats.iter().all(|p| p.2) {
+                    let kw = if pats.iter().all(|p| p.format) {
                         "format"
                     } else {
                         "pattern"
@@ -2239,7 +2338,7 @@ impl<'a> Builder<'a> {
                     }
                     self.unsupported(kw, ptr, &e)?;
                     return Ok(Some(
-                        self.str_spec(min, max, &[], excl, ptr)?
+                        self.str_spec(min, max, &[], excl, node_ptr)?
                             .expect("unconstrained strings exist"),
                     ));
                 }
@@ -2280,7 +2379,7 @@ impl<'a> Builder<'a> {
         };
         let desc = pats
             .iter()
-            .map(|p| p.1.clone())
+            .map(|p| p.label.clone())
             .collect::<Vec<_>>()
             .join(" & ");
         self.ir.strs.push(StrSpec {
