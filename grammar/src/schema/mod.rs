@@ -356,6 +356,12 @@ pub struct Builder<'a> {
     deadline: Deadline,
     depth: usize,
     fmt_lits: usize,
+    /// Locations whose reading narrowed (`not`, `if`, a generic `oneOf`, here or in a
+    /// subschema read with it): their disjunction is a subset of what the schema allows,
+    /// so it must not be negated or tested for disjointness as if it were exact.
+    inexact: HashSet<u32>,
+    /// Set while reading a location when something narrowed (see `inexact`).
+    tainted: bool,
 }
 
 fn percent_decode(s: &str) -> String {
@@ -414,6 +420,8 @@ impl<'a> Builder<'a> {
             deadline,
             depth: 0,
             fmt_lits: 0,
+            inexact: HashSet::new(),
+            tainted: false,
         };
         // Size, depth and ids.
         let mut count = 0usize;
@@ -575,6 +583,9 @@ impl<'a> Builder<'a> {
     /// The disjunction of conjunctions a location stands for.
     fn dnf(&mut self, loc: u32) -> Result<Rc<Vec<Typed>>, CompileError> {
         if let Some(r) = self.dnf_memo.get(&loc) {
+            if self.inexact.contains(&loc) {
+                self.tainted = true;
+            }
             return Ok(r.clone());
         }
         let ptr = self.locs[loc as usize].clone();
@@ -596,12 +607,27 @@ impl<'a> Builder<'a> {
         }
         self.depth += 1;
         self.in_progress.insert(loc);
+        let outer = std::mem::replace(&mut self.tainted, false);
         let r = self.dnf_inner(loc, &ptr);
+        let narrowed = self.tainted;
+        self.tainted = outer || narrowed;
         self.in_progress.remove(&loc);
         self.depth -= 1;
         let r = Rc::new(r?);
+        if narrowed {
+            self.inexact.insert(loc);
+        }
         self.dnf_memo.insert(loc, r.clone());
         Ok(r)
+    }
+
+    /// [`Builder::dnf`], and whether it is exact: no narrowing in it (see `inexact`).
+    fn dnf_exact(&mut self, loc: u32) -> Result<(Rc<Vec<Typed>>, bool), CompileError> {
+        let outer = std::mem::replace(&mut self.tainted, false);
+        let r = self.dnf(loc);
+        let narrowed = self.tainted;
+        self.tainted = outer || narrowed;
+        Ok((r?, !narrowed))
     }
 
     fn conj(&mut self, a: Vec<Typed>, b: &[Typed], ptr: &str) -> Result<Vec<Typed>, CompileError> {
@@ -658,6 +684,8 @@ impl<'a> Builder<'a> {
         #[allow(clippy::type_complexity)]
         let mut ifs: Vec<(String, Rc<Vec<Typed>>, Vec<Typed>, Vec<Typed>)> = Vec::new();
         let mut disc: Option<String> = None;
+        // `oneOf`s with a narrowed branch: exactly-one cannot be checked against it.
+        let mut narrowed_one_ofs: Vec<String> = Vec::new();
         let old_draft = matches!(self.draft, Draft::D4 | Draft::D6 | Draft::D7);
         if let Some(r) = m.get("$ref") {
             let r = r
@@ -899,9 +927,15 @@ impl<'a> Builder<'a> {
                         .as_array()
                         .ok_or_else(|| Self::invalid(&kp, "not an array"))?;
                     let mut branches = Vec::new();
+                    let mut exact = true;
                     for i in 0..a.len() {
                         let l = self.loc(&format!("{kp}/{i}"));
-                        branches.push(self.dnf(l)?);
+                        let (d, ex) = self.dnf_exact(l)?;
+                        exact &= ex;
+                        branches.push(d);
+                    }
+                    if !exact && k == "oneOf" {
+                        narrowed_one_ofs.push(kp.clone());
                     }
                     // An `anyOf` that a `discriminator` reads waits for it with the `oneOf`s.
                     let tagged = m.contains_key("discriminator") && !m.contains_key("oneOf");
@@ -917,7 +951,7 @@ impl<'a> Builder<'a> {
                     // `not` of something nothing satisfies is no constraint; `not: {required}`
                     // and `not: {type}` have exact complements.
                     let l = self.loc(&kp);
-                    let d = self.dnf(l)?;
+                    let (d, exact) = self.dnf_exact(l)?;
                     let keys: Vec<&str> = x
                         .as_object()
                         .map(|o| {
@@ -946,6 +980,13 @@ impl<'a> Builder<'a> {
                             a.t &= !(T_INT | T_NUM);
                         }
                         conjs.push(Rc::new(vec![a]));
+                    } else if !exact {
+                        // Its complement would contain what the narrowing dropped.
+                        self.unsupported(
+                            "not",
+                            &kp,
+                            "the negated schema is itself narrowed (a nested not, if or oneOf), so its complement is not known",
+                        )?;
                     } else {
                         nots.push((kp.clone(), d));
                     }
@@ -967,7 +1008,15 @@ impl<'a> Builder<'a> {
                 "if" => {
                     if m.contains_key("then") || m.contains_key("else") {
                         let l = self.loc_of(&kp);
-                        let d = self.dnf(l)?;
+                        let (d, exact) = self.dnf_exact(l)?;
+                        if !exact {
+                            self.unsupported(
+                                "if",
+                                &kp,
+                                "the condition is itself narrowed (a nested not, if or oneOf), so its complement is not known",
+                            )?;
+                            continue;
+                        }
                         let then = match m.get("then") {
                             Some(_) => {
                                 let l = self.loc_of(&p("then"));
@@ -1066,6 +1115,19 @@ impl<'a> Builder<'a> {
                 ));
                 continue;
             }
+            if narrowed_one_ofs.contains(&kp) {
+                self.unsupported(
+                    "oneOf",
+                    &kp,
+                    "a branch is itself narrowed (a nested not, if or oneOf); exactly-one is not enforceable",
+                )?;
+                conjs.push(Rc::new(
+                    branches.iter().flat_map(|b| b.iter().cloned()).collect(),
+                ));
+                continue;
+            }
+            // What is kept of each branch is a subset of it (narrowed).
+            self.tainted = true;
             let mut real = Vec::new();
             for b in &branches {
                 real.push(Rc::new(self.conj(vec![base.clone()], b, &kp)?));
@@ -1101,6 +1163,7 @@ impl<'a> Builder<'a> {
         }
         // `not S`: the parts of the siblings that certainly fail every alternative of S.
         for (kp, d) in nots {
+            self.tainted = true;
             let cur = self.fail_all(vec![base.clone()], &d, &kp)?;
             if cur.is_empty() {
                 self.unsupported(
@@ -1114,6 +1177,7 @@ impl<'a> Builder<'a> {
         }
         // `if`/`then`/`else`: (if and then) or (certainly not if, and else).
         for (kp, d, then, els) in ifs {
+            self.tainted = true;
             let a = self.conj(vec![base.clone()], &d, &kp)?;
             let mut a = self.conj(a, &then, &kp)?;
             let b = self.fail_all(vec![base.clone()], &d, &kp)?;
@@ -1506,6 +1570,10 @@ impl<'a> Builder<'a> {
         let (Some(x), Some(y)) = (self.key_dnf_or_unsure(a)?, self.key_dnf_or_unsure(b)?) else {
             return Ok(false);
         };
+        // A narrowed child is a subset of its schema: disjoint from it says nothing.
+        if a.iter().chain(b).any(|l| self.inexact.contains(l)) {
+            return Ok(false);
+        }
         self.dnf_disjoint(&x, &y, depth - 1)
     }
 
