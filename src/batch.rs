@@ -3,7 +3,10 @@
 //!
 //! Nothing the user gave is lost:
 //! - a rerun reads the ids already in the output and skips them (resume);
-//! - a malformed input line becomes an error record and the batch goes on;
+//! - a malformed input line (not UTF-8, not JSON, no `id` or `text`) becomes an error
+//!   record and the batch goes on;
+//! - a second line with an id already seen in the same run becomes an error record
+//!   (`duplicate id`): only ids finished in an earlier run are skipped;
 //! - each result is written with a single `write` of a whole line; a line cut
 //!   short by a kill is detected at the next start (no trailing newline) and
 //!   removed, so that record runs again;
@@ -12,7 +15,7 @@
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, IsTerminal, Read, Seek, SeekFrom, Write};
+use std::io::{BufReader, IsTerminal, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -22,6 +25,11 @@ use anyhow::Context;
 use serde_json::{json, Value};
 
 use crate::engine::{Engine, ExtractOptions, Extraction, Schema, VerdictKind};
+
+mod lines;
+
+use lines::id_key;
+pub use lines::{parse_line, plan, read_lines, Item};
 
 pub struct BatchOptions {
     pub input: PathBuf,
@@ -44,6 +52,8 @@ pub struct BatchSummary {
     pub valid: usize,
     pub invalid: usize,
     pub errors: usize,
+    /// Lines whose id an earlier line of the same run already had (also in `errors`).
+    pub duplicates: usize,
     pub interrupted: bool,
     /// Wall time of the records processed in this run.
     pub secs: f64,
@@ -77,45 +87,6 @@ pub fn done_ids(out: &Path) -> anyhow::Result<HashSet<String>> {
     Ok(ids)
 }
 
-fn id_key(id: &Value) -> String {
-    match id {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
-
-/// A parsed input line, or why it could not be used.
-fn parse_line(line: &str, lineno: usize) -> Result<(Value, String), (Value, String)> {
-    let fallback_id = json!(format!("line:{lineno}"));
-    let v: Value = match serde_json::from_str(line) {
-        Ok(v) => v,
-        Err(e) => return Err((fallback_id, format!("input line {lineno}: not JSON: {e}"))),
-    };
-    let id = match v.get("id") {
-        Some(id @ (Value::String(_) | Value::Number(_))) => id.clone(),
-        Some(_) => {
-            return Err((
-                fallback_id,
-                format!("input line {lineno}: field `id` must be a string or a number"),
-            ))
-        }
-        None => {
-            return Err((
-                fallback_id,
-                format!("input line {lineno}: missing field `id`"),
-            ))
-        }
-    };
-    match v.get("text") {
-        Some(Value::String(t)) => Ok((id, t.clone())),
-        Some(_) => Err((
-            id,
-            format!("input line {lineno}: field `text` must be a string"),
-        )),
-        None => Err((id, format!("input line {lineno}: missing field `text`"))),
-    }
-}
-
 fn append_line(f: &mut File, v: &Value) -> anyhow::Result<()> {
     let mut line = serde_json::to_vec(v)?;
     line.push(b'\n');
@@ -145,11 +116,9 @@ pub fn run(
 ) -> anyhow::Result<BatchSummary> {
     let input = File::open(&bopts.input)
         .with_context(|| format!("opening input {}", bopts.input.display()))?;
-    let lines: Vec<String> = BufReader::new(input)
-        .lines()
-        .collect::<Result<_, _>>()
+    let lines = read_lines(BufReader::new(input))
         .with_context(|| format!("reading {}", bopts.input.display()))?;
-    let mut done = done_ids(&bopts.output)?;
+    let done = done_ids(&bopts.output)?;
     let mut out = OpenOptions::new()
         .create(true)
         .append(true)
@@ -174,42 +143,32 @@ pub fn run(
         std::process::id()
     );
 
+    let items = plan(&lines, &done);
     let mut summary = BatchSummary {
-        total_lines: lines.iter().filter(|l| !l.trim().is_empty()).count(),
+        total_lines: items.len(),
+        skipped_done: items.iter().filter(|i| matches!(i, Item::Done)).count(),
         ..Default::default()
     };
-    let todo: Vec<(usize, &String)> = lines
-        .iter()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| (i + 1, l))
-        .collect();
-    let already = todo
-        .iter()
-        .filter(|(n, l)| match parse_line(l, *n) {
-            Ok((id, _)) | Err((id, _)) => done.contains(&id_key(&id)),
-        })
-        .count();
-    summary.skipped_done = already;
-    let remaining = todo.len() - already;
+    let remaining = items.len() - summary.skipped_done;
     let bar = progress_bar(bopts.progress, remaining as u64);
     let started = Instant::now();
     let reused_before = engine.prefix_tokens_reused;
 
-    for (lineno, line) in todo {
+    for item in items {
         if interrupted.load(Ordering::SeqCst) {
             summary.interrupted = true;
             break;
         }
-        let parsed = parse_line(line, lineno);
-        let id = match &parsed {
-            Ok((id, _)) | Err((id, _)) => id.clone(),
+        let (id, parsed) = match item {
+            Item::Done => continue,
+            Item::Record { id, text } => (id, Ok(text)),
+            Item::Error { id, msg, duplicate } => {
+                summary.duplicates += usize::from(duplicate);
+                (id, Err(msg))
+            }
         };
-        if !done.insert(id_key(&id)) {
-            continue;
-        }
         let record = match parsed {
-            Ok((_, text)) => {
+            Ok(text) => {
                 let picked;
                 let opts = if bopts.examples.is_empty() {
                     opts
@@ -253,7 +212,7 @@ pub fn run(
                 }
                 record_json(&id, &ex)
             }
-            Err((_, msg)) => {
+            Err(msg) => {
                 summary.errors += 1;
                 json!({"id": id, "verdict": "error", "message": msg, "value": null, "errors": []})
             }

@@ -12,8 +12,12 @@
 //! its JSON Pointer, or with [`Config::lenient`] relaxed and listed in
 //! [`Automaton::relaxed`]. Policy choices that keep output valid but narrow it: unlisted
 //! properties are generated only where `additionalProperties` gives a schema (or an object
-//! lists no properties at all); numbers carry at most 15 digits and no exponent; strings use
-//! serde_json's escapes only; formats are sound subsets of what they name.
+//! lists no properties at all); numbers carry at most 15 digits and no exponent (a range
+//! wholly beyond 15 digits, `minimum: 1e400`, is written with one fixed exponent: see
+//! [`num`]); strings use serde_json's escapes only; formats are sound subsets of what they
+//! name. A narrowed reading (`not`, `if`, a `oneOf`) is never negated or tested for
+//! disjointness as if it were exact: a `not`, an `if` condition or a `oneOf` branch that
+//! is itself narrowed is refused at its pointer.
 
 pub mod dfa;
 pub mod machine;
@@ -88,6 +92,11 @@ pub struct Relaxed {
     pub why: String,
 }
 
+/// Why a schema did not compile. Every `pointer` is a JSON Pointer (RFC 6901) into the
+/// schema document, in that one form everywhere: `""` is the document itself,
+/// `/properties/a/pattern` the `pattern` keyword of property `a` (`~0` and `~1` escape `~`
+/// and `/`). Where a subschema is the conjunction of several places (an `allOf`, a `$ref`
+/// beside other keywords), their pointers are joined by ` & `.
 #[derive(Debug, thiserror::Error)]
 pub enum CompileError {
     #[error("unsupported keyword `{keyword}` at {pointer:?}: {why}")]

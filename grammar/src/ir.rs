@@ -53,6 +53,9 @@ pub struct NumSpec {
     pub lo: i128,
     pub hi: i128,
     pub q: i128,
+    /// Far numbers (`compile::num`): every text is a mantissa within `lo..=hi` on the
+    /// grid of `q`, then the literal `e<exp>`. 0: no exponent (the usual case).
+    pub exp: u32,
 }
 
 impl NumSpec {
@@ -228,7 +231,7 @@ impl Ir {
         for (i, n) in self.nodes.iter().enumerate() {
             let _ = write!(
                 o,
-                "n{i} [{}] min_len={}:",
+                "n{i} [{:?}] min_len={}:",
                 n.ptr,
                 if n.min_len == u64::MAX {
                     "none".to_string()
@@ -253,12 +256,17 @@ impl Ir {
                         let s = &self.nums[k as usize];
                         let _ = write!(
                             o,
-                            "{} in [{}, {}]{}",
+                            "{} in [{}, {}]{}{}",
                             if s.int_only { "integer" } else { "number" },
                             fmt_scaled(s.lo),
                             fmt_scaled(s.hi),
                             if s.q > 1 && !(s.int_only && s.q == SCALE) {
                                 format!(" multipleOf {}", fmt_scaled(s.q))
+                            } else {
+                                String::new()
+                            },
+                            if s.exp > 0 {
+                                format!(" times 1e{} (written with that exponent)", s.exp)
                             } else {
                                 String::new()
                             }

@@ -86,7 +86,12 @@ fn time_limit_is_an_error_with_its_numbers() {
             assert_eq!(what, "compile time (ms)");
             assert_eq!(limit, 30);
             assert!(given > 30, "{given}");
-            assert!(pointer.starts_with("#/properties/p"), "{pointer:?}");
+            // RFC 6901: a property's subschema or pattern, or the root ("") when the
+            // budget ran out before the properties were reached (a loaded machine).
+            assert!(
+                pointer.is_empty() || pointer.starts_with("/properties/p"),
+                "{pointer:?}"
+            );
         }
         other => panic!("expected the time limit, got {other:?}"),
     }
@@ -119,8 +124,10 @@ fn narrowing_stops_at_the_deadline() {
         }) => {
             assert_eq!((what, limit), ("compile time (ms)", 20));
             eprintln!("stopped at {pointer:?}");
+            // In the narrowing passes; or at the root ("") on a machine so loaded that
+            // reading the document alone took the 20 ms.
             assert!(
-                pointer.starts_with("/oneOf") || pointer.starts_with("/not"),
+                pointer.is_empty() || pointer.starts_with("/oneOf") || pointer.starts_with("/not"),
                 "{pointer:?}"
             );
         }

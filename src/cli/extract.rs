@@ -250,13 +250,14 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
     engine.reuse_prefix = !a.no_prefix_reuse;
     let summary = batch::run(&mut engine, &mut schema, &opts, &bopts, interrupted)?;
     eprintln!(
-        "batch: {} processed, {} already done, {} valid, {} invalid, {} errors, \
+        "batch: {} processed, {} already done, {} valid, {} invalid, {} errors ({} duplicate ids), \
          {:.1} s, {} prompt tokens reused from cached KV state (shared prefix, retries){}",
         summary.processed,
         summary.skipped_done,
         summary.valid,
         summary.invalid,
         summary.errors,
+        summary.duplicates,
         summary.secs,
         summary.prefix_tokens_reused,
         if summary.interrupted {

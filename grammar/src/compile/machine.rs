@@ -1722,8 +1722,14 @@ impl Machine {
             }
             Frame::Num { spec, ref buf } => {
                 let ns = &self.ir.nums[spec as usize];
-                // `num::allows` re-serialises the prefix: nothing else passes.
-                for &b in b"-.0123456789" {
+                // `num::allows` re-serialises the prefix: nothing else passes. Only a far
+                // number (`NumSpec::exp`) writes an `e`.
+                let bytes: &[u8] = if ns.exp > 0 {
+                    b"-.0123456789e"
+                } else {
+                    b"-.0123456789"
+                };
+                for &b in bytes {
                     if num::allows(ns, buf, b) {
                         add(set, b);
                     }

@@ -3,8 +3,17 @@
 //!
 //! Grammar: `-?(0|[1-9][0-9]*)(\.[0-9]+)?`, no exponent, at most `MAX_DIGITS` digits
 //! (integer digits other than a lone `0`, plus fraction digits), no negative zero.
+//!
+//! Far numbers: a range that lies wholly beyond what 15 digits reach (`minimum: 1e400`)
+//! is compiled with a fixed exponent, [`NumSpec::exp`]: the text is a mantissa of the
+//! grammar above followed by the literal `e<exp>`, and the mantissa's bounds and multiple
+//! are those of the range divided by 10^exp ([`far_spec`]). The bounds are read exactly
+//! ([`scaled_big`]), up to magnitudes of 10^[`FAR_DIGITS`].
 
-use crate::ir::{NumSpec, MAX_DIGITS, SCALE};
+use num_bigint::BigInt;
+use num_integer::Integer;
+
+use crate::ir::{NumSpec, BIG, MAX_DIGITS, SCALE};
 
 /// A parsed prefix.
 struct Prefix {
@@ -154,10 +163,75 @@ fn shapes(spec: &NumSpec, p: &Prefix, mut f: impl FnMut(i128, i128, i128, usize)
     }
 }
 
+/// Splits a prefix of a far number (`spec.exp > 0`) into its mantissa and the part of
+/// the `e<exp>` suffix written so far (`None` before the `e`).
+fn split_far(buf: &[u8]) -> (&[u8], Option<&[u8]>) {
+    match buf.iter().position(|&b| b == b'e') {
+        Some(i) => (&buf[..i], Some(&buf[i..])),
+        None => (buf, None),
+    }
+}
+
+fn far_suffix(spec: &NumSpec) -> Vec<u8> {
+    format!("e{}", spec.exp).into_bytes()
+}
+
 /// Some completion of `buf` (possibly empty) is an accepted number.
 pub fn feasible(spec: &NumSpec, buf: &[u8]) -> bool {
+    if spec.exp == 0 {
+        return feasible_mant(spec, buf);
+    }
+    match split_far(buf) {
+        (m, None) => feasible_mant(spec, m),
+        (m, Some(e)) => accepting_mant(spec, m) && far_suffix(spec).starts_with(e),
+    }
+}
+
+/// `buf` is a complete accepted number.
+pub fn accepting(spec: &NumSpec, buf: &[u8]) -> bool {
+    if spec.exp == 0 {
+        return accepting_mant(spec, buf);
+    }
+    match split_far(buf) {
+        (_, None) => false,
+        (m, Some(e)) => accepting_mant(spec, m) && e == far_suffix(spec).as_slice(),
+    }
+}
+
+/// `buf` followed by `c` is still a prefix of an accepted number (`buf` may be empty).
+pub fn allows(spec: &NumSpec, buf: &[u8], c: u8) -> bool {
+    if spec.exp == 0 {
+        return allows_mant(spec, buf, c);
+    }
+    match split_far(buf) {
+        (m, None) if c == b'e' => accepting_mant(spec, m),
+        (m, None) => allows_mant(spec, m, c),
+        (m, Some(e)) => accepting_mant(spec, m) && far_suffix(spec).get(e.len()) == Some(&c),
+    }
+}
+
+/// Shortest bytes that complete `buf` into an accepted number (`None`: none exist).
+pub fn shortest(spec: &NumSpec, buf: &[u8]) -> Option<Vec<u8>> {
+    if spec.exp == 0 {
+        return shortest_mant(spec, buf);
+    }
+    let suffix = far_suffix(spec);
+    match split_far(buf) {
+        (m, None) => {
+            let mut out = shortest_mant(spec, m)?;
+            out.extend_from_slice(&suffix);
+            Some(out)
+        }
+        (m, Some(e)) => {
+            (accepting_mant(spec, m) && suffix.starts_with(e)).then(|| suffix[e.len()..].to_vec())
+        }
+    }
+}
+
+/// [`feasible`] for the mantissa (all of a number without [`NumSpec::exp`]).
+fn feasible_mant(spec: &NumSpec, buf: &[u8]) -> bool {
     if buf == b"-" {
-        return (b'0'..=b'9').any(|d| feasible(spec, &[b'-', d]));
+        return (b'0'..=b'9').any(|d| feasible_mant(spec, &[b'-', d]));
     }
     let p = parse(buf);
     let (lo, hi) = mag_bounds(spec, p.neg);
@@ -167,8 +241,8 @@ pub fn feasible(spec: &NumSpec, buf: &[u8]) -> bool {
     })
 }
 
-/// `buf` is a complete accepted number.
-pub fn accepting(spec: &NumSpec, buf: &[u8]) -> bool {
+/// [`accepting`] for the mantissa.
+fn accepting_mant(spec: &NumSpec, buf: &[u8]) -> bool {
     let p = parse(buf);
     if p.int.is_empty() {
         return false;
@@ -186,14 +260,14 @@ pub fn accepting(spec: &NumSpec, buf: &[u8]) -> bool {
     x >= lo && x <= hi && x % spec.q == 0
 }
 
-/// `buf` followed by `c` is still a prefix of an accepted number (`buf` may be empty).
-pub fn allows(spec: &NumSpec, buf: &[u8], c: u8) -> bool {
+/// [`allows`] for the mantissa.
+fn allows_mant(spec: &NumSpec, buf: &[u8], c: u8) -> bool {
     let mut nb = buf.to_vec();
     nb.push(c);
     if !syntax_ok(spec, &nb) {
         return false;
     }
-    feasible(spec, &nb)
+    feasible_mant(spec, &nb)
 }
 
 fn syntax_ok(spec: &NumSpec, b: &[u8]) -> bool {
@@ -234,8 +308,8 @@ fn spell(x: i128, int_digits: &[u8], frac_digits: usize) -> Vec<u8> {
     s
 }
 
-/// Shortest bytes that complete `buf` into an accepted number (`None`: none exist).
-pub fn shortest(spec: &NumSpec, buf: &[u8]) -> Option<Vec<u8>> {
+/// [`shortest`] for the mantissa.
+fn shortest_mant(spec: &NumSpec, buf: &[u8]) -> Option<Vec<u8>> {
     if buf.is_empty() || buf == b"-" {
         let mut best: Option<Vec<u8>> = None;
         let firsts: &[u8] = if buf.is_empty() {
@@ -244,10 +318,10 @@ pub fn shortest(spec: &NumSpec, buf: &[u8]) -> Option<Vec<u8>> {
             b"0123456789"
         };
         for &c in firsts {
-            if allows(spec, buf, c) {
+            if allows_mant(spec, buf, c) {
                 let mut nb = buf.to_vec();
                 nb.push(c);
-                if let Some(rest) = shortest(spec, &nb) {
+                if let Some(rest) = shortest_mant(spec, &nb) {
                     let mut cand = vec![c];
                     cand.extend(rest);
                     if best.as_ref().is_none_or(|b| cand.len() < b.len()) {
@@ -287,7 +361,7 @@ pub fn shortest(spec: &NumSpec, buf: &[u8]) -> Option<Vec<u8>> {
         // extend the prefix by zeros to the shape's length instead.
         let mut out = Vec::new();
         let mut cur = buf.to_vec();
-        while !accepting(spec, &cur) {
+        while !accepting_mant(spec, &cur) {
             let c = if cur.ends_with(b".") || in_frac {
                 b'0'
             } else {
@@ -322,7 +396,7 @@ impl Tz10 for i128 {
 /// Canonical form of a prefix for state interning: when no bound or multiple constrains the
 /// value, only the shape matters.
 pub fn canonical(spec: &NumSpec, buf: &mut [u8]) {
-    if !spec.unconstrained() {
+    if !spec.unconstrained() || spec.exp != 0 {
         return;
     }
     let mut in_int = true;
@@ -411,4 +485,119 @@ pub fn scaled(text: &str) -> Option<(i128, bool)> {
     } else {
         Some((v, exact))
     }
+}
+
+/// Bounds are read exactly up to this many decimal digits of magnitude; beyond it they
+/// are infinite ([`far_inf`]): a maximum of 1e20000 is no bound, a minimum of 1e20000
+/// leaves nothing the grammar can produce.
+pub const FAR_DIGITS: i64 = 10_000;
+
+/// Infinity for exact bounds, in units of 10^-15: 10^(FAR_DIGITS + 15).
+pub fn far_inf() -> BigInt {
+    BigInt::from(10).pow((FAR_DIGITS + 15) as u32)
+}
+
+/// [`scaled`] without the clamp: `(floor(v * 10^15), exact)`, as a big integer, for the
+/// bounds that `scaled` clamps (magnitude `BIG` and beyond). Magnitudes of 10^FAR_DIGITS
+/// and more give `±far_inf()`, not exact.
+pub fn scaled_big(text: &str) -> Option<(BigInt, bool)> {
+    let t = text.trim();
+    let (neg, t) = match t.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, t.strip_prefix('+').unwrap_or(t)),
+    };
+    let (mant, exp) = match t.find(['e', 'E']) {
+        Some(i) => (&t[..i], t[i + 1..].parse::<i64>().ok()?),
+        None => (t, 0),
+    };
+    let (ip, fp) = match mant.find('.') {
+        Some(i) => (&mant[..i], &mant[i + 1..]),
+        None => (mant, ""),
+    };
+    if ip.is_empty() && fp.is_empty() {
+        return None;
+    }
+    let digits: String = ip.chars().chain(fp.chars()).collect();
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let digits = digits.trim_start_matches('0');
+    if digits.is_empty() {
+        return Some((BigInt::from(0), true));
+    }
+    // value = digits * 10^(exp - fp.len()); scaled: * 10^15.
+    let e = exp.checked_sub(fp.len() as i64)?.checked_add(15)?;
+    if digits.len() as i64 + e > FAR_DIGITS + 16 {
+        let inf = far_inf();
+        return Some((if neg { -inf } else { inf }, false));
+    }
+    let (v, exact) = if e < 0 {
+        let cut = (-e) as usize;
+        if cut >= digits.len() {
+            (BigInt::from(0), false)
+        } else {
+            let (keep, drop) = digits.split_at(digits.len() - cut);
+            (
+                keep.parse::<BigInt>().ok()?,
+                drop.bytes().all(|d| d == b'0'),
+            )
+        }
+    } else {
+        (
+            digits.parse::<BigInt>().ok()? * BigInt::from(10).pow(e as u32),
+            true,
+        )
+    };
+    Some(if neg {
+        // floor of a negative non-exact value is one below the truncation.
+        (if exact { -v } else { -v - 1 }, exact)
+    } else {
+        (v, exact)
+    })
+}
+
+/// The number spec for exact bounds `[lo, hi]` (units of 10^-15, `±far_inf()` when
+/// unbounded) and multiple `q` (units): the plain spec, clamped to `±BIG`, when the
+/// range reaches numbers of at most 15 digits; otherwise a far spec whose mantissa lies
+/// in [1, 10) at the bound nearest zero. `None`: no number the grammar writes.
+pub fn far_spec(int_only: bool, lo: &BigInt, hi: &BigInt, q: i128) -> Option<NumSpec> {
+    let inf = far_inf();
+    let big = BigInt::from(BIG);
+    if lo > hi || *lo >= inf || *hi <= -inf.clone() {
+        return None;
+    }
+    let clamp = |x: &BigInt| -> i128 {
+        if *x >= big {
+            BIG
+        } else if *x <= -big.clone() {
+            -BIG
+        } else {
+            i128::try_from(x).expect("within BIG")
+        }
+    };
+    if *lo < big && *hi > -big.clone() {
+        return Some(NumSpec {
+            int_only,
+            lo: clamp(lo),
+            hi: clamp(hi),
+            q,
+            exp: 0,
+        });
+    }
+    // The bound nearest zero sets the exponent: it becomes a mantissa in [1, 10).
+    let near = if *lo >= big { lo.clone() } else { -hi.clone() };
+    let d = near.to_string().len() as u32;
+    let exp = d - 16;
+    let p = BigInt::from(10).pow(exp);
+    let mlo = lo.div_ceil(&p);
+    let mhi = hi.div_floor(&p);
+    let g = BigInt::from(q).gcd(&p);
+    let mq = i128::try_from(BigInt::from(q) / g).ok()?;
+    Some(NumSpec {
+        int_only,
+        lo: clamp(&mlo),
+        hi: clamp(&mhi),
+        q: mq,
+        exp,
+    })
 }

@@ -11,6 +11,7 @@ pub mod pattern;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 
+use num_bigint::BigInt;
 use serde_json::{Map, Value};
 
 use crate::compile::dfa::{Dfa, LenTable};
@@ -42,6 +43,18 @@ enum Draft {
     D2020,
 }
 
+/// One anchored regex a string must match, from a `pattern` or a `format` keyword.
+#[derive(Clone, Debug)]
+struct Pat {
+    re: String,
+    /// `pattern "..."` or `format "..."`, for `explain`.
+    label: String,
+    /// From `format`: a subset of the real format.
+    format: bool,
+    /// JSON Pointer (RFC 6901) of the keyword, where its errors are reported.
+    ptr: String,
+}
+
 #[derive(Clone, Debug)]
 struct Typed {
     t: u8,
@@ -50,8 +63,8 @@ struct Typed {
     q: i128,
     smin: u32,
     smax: Option<u32>,
-    /// Anchored regexes with a label; formats are flagged (a subset of the real format).
-    pats: Vec<(String, String, bool)>,
+    /// Anchored regexes from `pattern` and `format`.
+    pats: Vec<Pat>,
     amin: u32,
     amax: Option<u32>,
     prefix: Vec<Key>,
@@ -74,15 +87,42 @@ struct Typed {
     /// `x-formwork-source`, with its pointer (`words` wins when both are merged: it is
     /// the narrower).
     src: Option<(SourceMode, String)>,
+    /// Exact numeric bounds `(lo, hi)` in units of 10^-15 (`±num::far_inf()` when
+    /// unbounded), once a bound beyond `±BIG` was read (`minimum: 1e400`): then they,
+    /// not the clamped `lo`/`hi`, are the bounds. `None` for every usual schema.
+    far: Option<Rc<(BigInt, BigInt)>>,
 }
 
 impl Typed {
+    /// The exact numeric bounds (see [`Typed::far`]).
+    fn bounds_x(&self) -> (BigInt, BigInt) {
+        match &self.far {
+            Some(f) => (f.0.clone(), f.1.clone()),
+            None => {
+                let inf = num::far_inf();
+                (
+                    if self.lo <= -BIG {
+                        -inf.clone()
+                    } else {
+                        BigInt::from(self.lo)
+                    },
+                    if self.hi >= BIG {
+                        inf
+                    } else {
+                        BigInt::from(self.hi)
+                    },
+                )
+            }
+        }
+    }
+
     fn any() -> Typed {
         Typed {
             t: T_ALL,
             lo: -BIG,
             hi: BIG,
             q: 1,
+            far: None,
             smin: 0,
             smax: None,
             pats: Vec::new(),
@@ -205,6 +245,10 @@ fn intersect(
     r.t = (r.t & !(T_INT | T_NUM)) | num;
     r.lo = a.lo.max(b.lo);
     r.hi = a.hi.min(b.hi);
+    if a.far.is_some() || b.far.is_some() {
+        let ((al, ah), (bl, bh)) = (a.bounds_x(), b.bounds_x());
+        r.far = Some(Rc::new((al.max(bl), ah.min(bh))));
+    }
     r.q = match (a.q / gcd(a.q, b.q)).checked_mul(b.q) {
         Some(q) => q,
         None => return Ok(Some(None)),
@@ -312,6 +356,12 @@ pub struct Builder<'a> {
     deadline: Deadline,
     depth: usize,
     fmt_lits: usize,
+    /// Locations whose reading narrowed (`not`, `if`, a generic `oneOf`, here or in a
+    /// subschema read with it): their disjunction is a subset of what the schema allows,
+    /// so it must not be negated or tested for disjointness as if it were exact.
+    inexact: HashSet<u32>,
+    /// Set while reading a location when something narrowed (see `inexact`).
+    tainted: bool,
 }
 
 fn percent_decode(s: &str) -> String {
@@ -370,6 +420,8 @@ impl<'a> Builder<'a> {
             deadline,
             depth: 0,
             fmt_lits: 0,
+            inexact: HashSet::new(),
+            tainted: false,
         };
         // Size, depth and ids.
         let mut count = 0usize;
@@ -531,6 +583,9 @@ impl<'a> Builder<'a> {
     /// The disjunction of conjunctions a location stands for.
     fn dnf(&mut self, loc: u32) -> Result<Rc<Vec<Typed>>, CompileError> {
         if let Some(r) = self.dnf_memo.get(&loc) {
+            if self.inexact.contains(&loc) {
+                self.tainted = true;
+            }
             return Ok(r.clone());
         }
         let ptr = self.locs[loc as usize].clone();
@@ -552,12 +607,27 @@ impl<'a> Builder<'a> {
         }
         self.depth += 1;
         self.in_progress.insert(loc);
+        let outer = std::mem::replace(&mut self.tainted, false);
         let r = self.dnf_inner(loc, &ptr);
+        let narrowed = self.tainted;
+        self.tainted = outer || narrowed;
         self.in_progress.remove(&loc);
         self.depth -= 1;
         let r = Rc::new(r?);
+        if narrowed {
+            self.inexact.insert(loc);
+        }
         self.dnf_memo.insert(loc, r.clone());
         Ok(r)
+    }
+
+    /// [`Builder::dnf`], and whether it is exact: no narrowing in it (see `inexact`).
+    fn dnf_exact(&mut self, loc: u32) -> Result<(Rc<Vec<Typed>>, bool), CompileError> {
+        let outer = std::mem::replace(&mut self.tainted, false);
+        let r = self.dnf(loc);
+        let narrowed = self.tainted;
+        self.tainted = outer || narrowed;
+        Ok((r?, !narrowed))
     }
 
     fn conj(&mut self, a: Vec<Typed>, b: &[Typed], ptr: &str) -> Result<Vec<Typed>, CompileError> {
@@ -614,6 +684,8 @@ impl<'a> Builder<'a> {
         #[allow(clippy::type_complexity)]
         let mut ifs: Vec<(String, Rc<Vec<Typed>>, Vec<Typed>, Vec<Typed>)> = Vec::new();
         let mut disc: Option<String> = None;
+        // `oneOf`s with a narrowed branch: exactly-one cannot be checked against it.
+        let mut narrowed_one_ofs: Vec<String> = Vec::new();
         let old_draft = matches!(self.draft, Draft::D4 | Draft::D6 | Draft::D7);
         if let Some(r) = m.get("$ref") {
             let r = r
@@ -685,22 +757,34 @@ impl<'a> Builder<'a> {
                         num::scaled(&s).ok_or_else(|| Self::invalid(&kp, "not a number"))?;
                     let excl_flag =
                         |name: &str| m.get(name).and_then(Value::as_bool).unwrap_or(false);
-                    match k.as_str() {
-                        "minimum" => {
-                            let ex = excl_flag("exclusiveMinimum");
-                            let lo = if exact && !ex { v } else { v + 1 };
-                            base.lo = base.lo.max(lo);
+                    let ex = match k.as_str() {
+                        "minimum" => excl_flag("exclusiveMinimum"),
+                        "maximum" => excl_flag("exclusiveMaximum"),
+                        _ => true,
+                    };
+                    let is_min = k == "minimum" || k == "exclusiveMinimum";
+                    // A bound `scaled` clamps is kept exactly as well (see `Typed::far`);
+                    // the exact bounds so far are taken before the clamped ones move.
+                    let far = (v.abs() >= BIG || base.far.is_some()).then(|| base.bounds_x());
+                    match (is_min, ex) {
+                        (true, false) => base.lo = base.lo.max(if exact { v } else { v + 1 }),
+                        (true, true) => base.lo = base.lo.max(v + 1),
+                        (false, false) => base.hi = base.hi.min(v),
+                        (false, true) => base.hi = base.hi.min(if exact { v - 1 } else { v }),
+                    }
+                    if let Some((mut lo, mut hi)) = far {
+                        let (vx, exact) = if v.abs() >= BIG {
+                            num::scaled_big(&s).ok_or_else(|| Self::invalid(&kp, "not a number"))?
+                        } else {
+                            (BigInt::from(v), exact)
+                        };
+                        match (is_min, ex) {
+                            (true, false) if exact => lo = lo.max(vx),
+                            (true, _) => lo = lo.max(vx + 1),
+                            (false, true) if exact => hi = hi.min(vx - 1),
+                            (false, _) => hi = hi.min(vx),
                         }
-                        "exclusiveMinimum" => base.lo = base.lo.max(v + 1),
-                        "maximum" => {
-                            let ex = excl_flag("exclusiveMaximum");
-                            let hi = if exact && ex { v - 1 } else { v };
-                            base.hi = base.hi.min(hi);
-                        }
-                        _ => {
-                            let hi = if exact { v - 1 } else { v };
-                            base.hi = base.hi.min(hi);
-                        }
+                        base.far = Some(Rc::new((lo, hi)));
                     }
                 }
                 "minLength" | "maxLength" | "minItems" | "maxItems" | "minProperties"
@@ -730,7 +814,12 @@ impl<'a> Builder<'a> {
                     match pattern::search_regexes(s) {
                         Ok(rs) => {
                             for r in rs {
-                                base.pats.push((r, format!("pattern {s:?}"), false));
+                                base.pats.push(Pat {
+                                    re: r,
+                                    label: format!("pattern {s:?}"),
+                                    format: false,
+                                    ptr: kp.clone(),
+                                });
                             }
                         }
                         Err(e) => self.unsupported(k, &kp, &format!("pattern {s:?}: {e}"))?,
@@ -741,7 +830,12 @@ impl<'a> Builder<'a> {
                     match pattern::format_regexes(s) {
                         Some(rs) => {
                             for r in rs {
-                                base.pats.push((r, format!("format {s:?}"), true));
+                                base.pats.push(Pat {
+                                    re: r,
+                                    label: format!("format {s:?}"),
+                                    format: true,
+                                    ptr: kp.clone(),
+                                });
                             }
                         }
                         None => base.bad_fmt.push((kp.clone(), s.to_string())),
@@ -833,9 +927,15 @@ impl<'a> Builder<'a> {
                         .as_array()
                         .ok_or_else(|| Self::invalid(&kp, "not an array"))?;
                     let mut branches = Vec::new();
+                    let mut exact = true;
                     for i in 0..a.len() {
                         let l = self.loc(&format!("{kp}/{i}"));
-                        branches.push(self.dnf(l)?);
+                        let (d, ex) = self.dnf_exact(l)?;
+                        exact &= ex;
+                        branches.push(d);
+                    }
+                    if !exact && k == "oneOf" {
+                        narrowed_one_ofs.push(kp.clone());
                     }
                     // An `anyOf` that a `discriminator` reads waits for it with the `oneOf`s.
                     let tagged = m.contains_key("discriminator") && !m.contains_key("oneOf");
@@ -851,7 +951,7 @@ impl<'a> Builder<'a> {
                     // `not` of something nothing satisfies is no constraint; `not: {required}`
                     // and `not: {type}` have exact complements.
                     let l = self.loc(&kp);
-                    let d = self.dnf(l)?;
+                    let (d, exact) = self.dnf_exact(l)?;
                     let keys: Vec<&str> = x
                         .as_object()
                         .map(|o| {
@@ -880,6 +980,13 @@ impl<'a> Builder<'a> {
                             a.t &= !(T_INT | T_NUM);
                         }
                         conjs.push(Rc::new(vec![a]));
+                    } else if !exact {
+                        // Its complement would contain what the narrowing dropped.
+                        self.unsupported(
+                            "not",
+                            &kp,
+                            "the negated schema is itself narrowed (a nested not, if or oneOf), so its complement is not known",
+                        )?;
                     } else {
                         nots.push((kp.clone(), d));
                     }
@@ -901,7 +1008,15 @@ impl<'a> Builder<'a> {
                 "if" => {
                     if m.contains_key("then") || m.contains_key("else") {
                         let l = self.loc_of(&kp);
-                        let d = self.dnf(l)?;
+                        let (d, exact) = self.dnf_exact(l)?;
+                        if !exact {
+                            self.unsupported(
+                                "if",
+                                &kp,
+                                "the condition is itself narrowed (a nested not, if or oneOf), so its complement is not known",
+                            )?;
+                            continue;
+                        }
                         let then = match m.get("then") {
                             Some(_) => {
                                 let l = self.loc_of(&p("then"));
@@ -1000,6 +1115,19 @@ impl<'a> Builder<'a> {
                 ));
                 continue;
             }
+            if narrowed_one_ofs.contains(&kp) {
+                self.unsupported(
+                    "oneOf",
+                    &kp,
+                    "a branch is itself narrowed (a nested not, if or oneOf); exactly-one is not enforceable",
+                )?;
+                conjs.push(Rc::new(
+                    branches.iter().flat_map(|b| b.iter().cloned()).collect(),
+                ));
+                continue;
+            }
+            // What is kept of each branch is a subset of it (narrowed).
+            self.tainted = true;
             let mut real = Vec::new();
             for b in &branches {
                 real.push(Rc::new(self.conj(vec![base.clone()], b, &kp)?));
@@ -1035,6 +1163,7 @@ impl<'a> Builder<'a> {
         }
         // `not S`: the parts of the siblings that certainly fail every alternative of S.
         for (kp, d) in nots {
+            self.tainted = true;
             let cur = self.fail_all(vec![base.clone()], &d, &kp)?;
             if cur.is_empty() {
                 self.unsupported(
@@ -1048,6 +1177,7 @@ impl<'a> Builder<'a> {
         }
         // `if`/`then`/`else`: (if and then) or (certainly not if, and else).
         for (kp, d, then, els) in ifs {
+            self.tainted = true;
             let a = self.conj(vec![base.clone()], &d, &kp)?;
             let mut a = self.conj(a, &then, &kp)?;
             let b = self.fail_all(vec![base.clone()], &d, &kp)?;
@@ -1335,7 +1465,20 @@ impl<'a> Builder<'a> {
                 continue;
             }
             let mut cands = Vec::new();
-            if g == T_INT | T_NUM {
+            if g == T_INT | T_NUM && (cg.far.is_some() || y.far.is_some()) {
+                let ((cl, ch), (yl, yh)) = (cg.bounds_x(), y.bounds_x());
+                let inf = num::far_inf();
+                if yl > -inf.clone() {
+                    let mut a = cg.clone();
+                    a.far = Some(Rc::new((cl.clone(), ch.clone().min(yl - 1))));
+                    cands.push(a);
+                }
+                if yh < inf {
+                    let mut a = cg.clone();
+                    a.far = Some(Rc::new((cl.max(yh + 1), ch)));
+                    cands.push(a);
+                }
+            } else if g == T_INT | T_NUM {
                 if y.lo > -BIG {
                     let mut a = cg.clone();
                     a.hi = a.hi.min(y.lo - 1);
@@ -1427,6 +1570,10 @@ impl<'a> Builder<'a> {
         let (Some(x), Some(y)) = (self.key_dnf_or_unsure(a)?, self.key_dnf_or_unsure(b)?) else {
             return Ok(false);
         };
+        // A narrowed child is a subset of its schema: disjoint from it says nothing.
+        if a.iter().chain(b).any(|l| self.inexact.contains(l)) {
+            return Ok(false);
+        }
         self.dnf_disjoint(&x, &y, depth - 1)
     }
 
@@ -1453,11 +1600,16 @@ impl<'a> Builder<'a> {
         if common & (T_NULL | T_BOOL) != 0 {
             return Ok(false);
         }
-        if a.t & (T_INT | T_NUM) != 0
-            && b.t & (T_INT | T_NUM) != 0
-            && a.lo.max(b.lo) <= a.hi.min(b.hi)
-        {
-            return Ok(false);
+        if a.t & (T_INT | T_NUM) != 0 && b.t & (T_INT | T_NUM) != 0 {
+            let overlap = if a.far.is_some() || b.far.is_some() {
+                let ((al, ah), (bl, bh)) = (a.bounds_x(), b.bounds_x());
+                al.max(bl) <= ah.min(bh)
+            } else {
+                a.lo.max(b.lo) <= a.hi.min(b.hi)
+            };
+            if overlap {
+                return Ok(false);
+            }
         }
         if common & T_STR != 0 {
             let lo = a.smin.max(b.smin);
@@ -1544,7 +1696,14 @@ impl<'a> Builder<'a> {
                         return Ok(false);
                     }
                 }
-                Ok(x >= t.lo && x <= t.hi && x % t.q == 0)
+                let in_range = match &t.far {
+                    Some(f) => {
+                        let x = BigInt::from(x);
+                        f.0 <= x && x <= f.1
+                    }
+                    None => x >= t.lo && x <= t.hi,
+                };
+                Ok(in_range && x % t.q == 0)
             }
             Value::String(s) => {
                 if t.t & T_STR == 0 {
@@ -1554,7 +1713,10 @@ impl<'a> Builder<'a> {
                 if n < t.smin || t.smax.is_some_and(|m| n > m) {
                     return Ok(false);
                 }
-                for (re, _, is_fmt) in t.pats.clone() {
+                for Pat {
+                    re, format: is_fmt, ..
+                } in t.pats.clone()
+                {
                     if is_fmt && superset {
                         continue;
                     }
@@ -1698,10 +1860,7 @@ impl<'a> Builder<'a> {
     fn extra_keys(
         &mut self,
         t: &Typed,
-    ) -> Result<
-        Result<Option<(u32, Option<u32>, Vec<(String, String, bool)>)>, Vec<String>>,
-        CompileError,
-    > {
+    ) -> Result<Result<Option<(u32, Option<u32>, Vec<Pat>)>, Vec<String>>, CompileError> {
         let d = self.key_dnf(&t.pnames)?;
         for a in d.iter() {
             if a.t & T_STR == 0 {
@@ -1728,7 +1887,7 @@ impl<'a> Builder<'a> {
                 continue;
             }
             if !a.pats.is_empty() {
-                let res: Vec<String> = a.pats.iter().map(|p| p.0.clone()).collect();
+                let res: Vec<String> = a.pats.iter().map(|p| p.re.clone()).collect();
                 match self.dfa_for(&res)? {
                     Ok(Some(_)) => {}
                     _ => continue,
@@ -1965,11 +2124,8 @@ impl<'a> Builder<'a> {
         let ptr = k
             .iter()
             .map(|&l| {
-                if self.locs[l as usize].is_empty() {
-                    "#".to_string()
-                } else {
-                    format!("#{}", self.locs[l as usize])
-                }
+                // RFC 6901, like every pointer in an error: "" is the root.
+                self.locs[l as usize].clone()
             })
             .collect::<Vec<_>>()
             .join(" & ");
@@ -2061,20 +2217,26 @@ impl<'a> Builder<'a> {
             };
             match q {
                 Some(q) if q < BIG => {
-                    let spec = NumSpec {
-                        int_only,
-                        lo: t.lo.max(-BIG),
-                        hi: t.hi.min(BIG),
-                        q,
+                    let spec = match &t.far {
+                        None => Some(NumSpec {
+                            int_only,
+                            lo: t.lo.max(-BIG),
+                            hi: t.hi.min(BIG),
+                            q,
+                            exp: 0,
+                        }),
+                        Some(f) => num::far_spec(int_only, &f.0, &f.1, q),
                     };
-                    let id = match self.ir.nums.iter().position(|s| *s == spec) {
-                        Some(i) => i as u32,
-                        None => {
-                            self.ir.nums.push(spec);
-                            self.ir.nums.len() as u32 - 1
-                        }
-                    };
-                    alts.push(Alt::Num(id));
+                    if let Some(spec) = spec {
+                        let id = match self.ir.nums.iter().position(|s| *s == spec) {
+                            Some(i) => i as u32,
+                            None => {
+                                self.ir.nums.push(spec);
+                                self.ir.nums.len() as u32 - 1
+                            }
+                        };
+                        alts.push(Alt::Num(id));
+                    }
                 }
                 _ => {}
             }
@@ -2209,9 +2371,9 @@ impl<'a> Builder<'a> {
         &mut self,
         min: u32,
         max: Option<u32>,
-        pats: &[(String, String, bool)],
+        pats: &[Pat],
         excl: Option<u32>,
-        ptr: &str,
+        node_ptr: &str,
     ) -> Result<Option<u32>, CompileError> {
         if max.is_some_and(|m| m < min) {
             return Ok(None);
@@ -2219,12 +2381,17 @@ impl<'a> Builder<'a> {
         let (dfa, lens) = if pats.is_empty() {
             (None, None)
         } else {
-            let res: Vec<String> = pats.iter().map(|p| p.0.clone()).collect();
+            let res: Vec<String> = pats.iter().map(|p| p.re.clone()).collect();
+            // Errors of the regexes are reported at their keywords (`/pattern`), not at
+            // the subschema holding them.
+            let mut at: Vec<&str> = pats.iter().map(|p| p.ptr.as_str()).collect();
+            at.dedup();
+            let ptr = &at.join(" & ");
             let d = match self.dfa_for(&res).map_err(|e| at_ptr(e, ptr))? {
                 Ok(Some(d)) => d,
                 Ok(None) => return Ok(None),
                 Err(e) => {
-                    let kw = if pats.iter().all(|p| p.2) {
+                    let kw = if pats.iter().all(|p| p.format) {
                         "format"
                     } else {
                         "pattern"
@@ -2239,7 +2406,7 @@ impl<'a> Builder<'a> {
                     }
                     self.unsupported(kw, ptr, &e)?;
                     return Ok(Some(
-                        self.str_spec(min, max, &[], excl, ptr)?
+                        self.str_spec(min, max, &[], excl, node_ptr)?
                             .expect("unconstrained strings exist"),
                     ));
                 }
@@ -2280,7 +2447,7 @@ impl<'a> Builder<'a> {
         };
         let desc = pats
             .iter()
-            .map(|p| p.1.clone())
+            .map(|p| p.label.clone())
             .collect::<Vec<_>>()
             .join(" & ");
         self.ir.strs.push(StrSpec {

@@ -1,0 +1,84 @@
+//! Compile errors name their place in one form, RFC 6901's JSON Pointer (`/pattern`,
+//! `""` for the root), never the URI-fragment form (`#/pattern`).
+
+use formwork_grammar::compile::{compile, CompileError, Config, Limits};
+use serde_json::{json, Value};
+
+fn small_dfas() -> Config {
+    Config {
+        limits: Limits {
+            dfa_states: 8,
+            ..Limits::default()
+        },
+        ..Config::default()
+    }
+}
+
+fn pointer(e: &CompileError) -> &str {
+    match e {
+        CompileError::Unsupported { pointer, .. }
+        | CompileError::InvalidSchema { pointer, .. }
+        | CompileError::Limit { pointer, .. }
+        | CompileError::Empty { pointer }
+        | CompileError::NoSpan { pointer } => pointer,
+    }
+}
+
+// See: issue 17 ("an oversized `pattern` is reported at "#" rather than at /pattern").
+#[test]
+fn oversized_pattern_is_reported_at_its_keyword_pointer() {
+    let e = compile(
+        &json!({"type": "string", "pattern": "^[a-z]{40}$"}),
+        &small_dfas(),
+    )
+    .err()
+    .expect("the DFA limit");
+    match &e {
+        CompileError::Limit { what, pointer, .. } => {
+            assert_eq!(*what, "DFA states");
+            assert_eq!(pointer, "/pattern");
+        }
+        other => panic!("expected the DFA limit, got {other:?}"),
+    }
+    assert!(e.to_string().ends_with(r#"at "/pattern""#), "{e}");
+
+    let nested = json!({"type": "object", "properties": {"a/b": {"type": "string", "pattern": "^[a-z]{40}$"}}});
+    let e = compile(&nested, &small_dfas())
+        .err()
+        .expect("the DFA limit");
+    assert_eq!(pointer(&e), "/properties/a~1b/pattern", "{e}");
+}
+
+#[test]
+fn compile_errors_use_rfc6901_pointers_only() {
+    let cases: Vec<(Value, Config, &str)> = vec![
+        (
+            json!({"type": "string", "pattern": "^(?<=a)b$"}),
+            Config::default(),
+            "/pattern",
+        ),
+        (
+            json!({"properties": {"x": {"type": "string", "format": "no-such-format"}}}),
+            Config::default(),
+            "/properties/x/format",
+        ),
+        (json!({"minimum": "three"}), Config::default(), "/minimum"),
+        (
+            json!({"type": "string", "enum": [1]}),
+            Config::default(),
+            "",
+        ),
+        (
+            json!({"$defs": {"s": {"type": "string", "pattern": "^[a-z]{40}$"}}, "$ref": "#/$defs/s"}),
+            small_dfas(),
+            "/$defs/s/pattern",
+        ),
+    ];
+    for (schema, cfg, want) in cases {
+        let e = compile(&schema, &cfg)
+            .err()
+            .unwrap_or_else(|| panic!("{schema} compiled"));
+        assert_eq!(pointer(&e), want, "{schema}: {e}");
+        assert!(!e.to_string().contains("\"#"), "{schema}: {e}");
+    }
+}

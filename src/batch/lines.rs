@@ -1,0 +1,137 @@
+//! The batch's input lines, read without a model: a line is a record (`{id, text}`) or
+//! an error record, and [`plan`] applies the rules for resume and duplicates. Pure
+//! (`serde_json` and std only), so the fuzz target `batch_line` and its smoke test call
+//! it directly.
+
+use std::collections::{HashMap, HashSet};
+use std::io::BufRead;
+
+use serde_json::{json, Value};
+
+pub(crate) fn id_key(id: &Value) -> String {
+    match id {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A parsed input line (`{id, text}`), or the id to report it under (`line:N` when the
+/// line has none) and why it could not be used. The line is raw bytes: one that is not
+/// UTF-8 is an error like any other malformed line.
+pub fn parse_line(line: &[u8], lineno: usize) -> Result<(Value, String), (Value, String)> {
+    let fallback_id = json!(format!("line:{lineno}"));
+    let line = match std::str::from_utf8(line) {
+        Ok(l) => l,
+        Err(e) => {
+            return Err((
+                fallback_id,
+                format!(
+                    "input line {lineno}: not valid UTF-8 (byte {} of the line)",
+                    e.valid_up_to() + 1
+                ),
+            ))
+        }
+    };
+    let v: Value = match serde_json::from_str(line) {
+        Ok(v) => v,
+        Err(e) => return Err((fallback_id, format!("input line {lineno}: not JSON: {e}"))),
+    };
+    let id = match v.get("id") {
+        Some(id @ (Value::String(_) | Value::Number(_))) => id.clone(),
+        Some(_) => {
+            return Err((
+                fallback_id,
+                format!("input line {lineno}: field `id` must be a string or a number"),
+            ))
+        }
+        None => {
+            return Err((
+                fallback_id,
+                format!("input line {lineno}: missing field `id`"),
+            ))
+        }
+    };
+    match v.get("text") {
+        Some(Value::String(t)) => Ok((id, t.clone())),
+        Some(_) => Err((
+            id,
+            format!("input line {lineno}: field `text` must be a string"),
+        )),
+        None => Err((id, format!("input line {lineno}: missing field `text`"))),
+    }
+}
+
+/// The input's lines as bytes, without their `\n` (or `\r\n`). Decoding is per line
+/// ([`parse_line`]), so one bad byte spoils one record, not the batch.
+pub fn read_lines(mut r: impl BufRead) -> std::io::Result<Vec<Vec<u8>>> {
+    let mut lines = Vec::new();
+    loop {
+        let mut line = Vec::new();
+        if r.read_until(b'\n', &mut line)? == 0 {
+            return Ok(lines);
+        }
+        if line.last() == Some(&b'\n') {
+            line.pop();
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+        }
+        lines.push(line);
+    }
+}
+
+/// What the batch does with one non-blank input line.
+#[derive(Debug, PartialEq)]
+pub enum Item {
+    /// Its id was finished in an earlier run (it is in the output): skipped.
+    Done,
+    /// Extract from `text`.
+    Record { id: Value, text: String },
+    /// Write an error record: the line is malformed, or (`duplicate`) an earlier line of
+    /// this run had the same id.
+    Error {
+        id: Value,
+        msg: String,
+        duplicate: bool,
+    },
+}
+
+/// The work for `lines` (blank ones left out), given the ids `done` in earlier runs.
+/// Pure: the batch's rules for resume and duplicates, testable without a model.
+pub fn plan(lines: &[Vec<u8>], done: &HashSet<String>) -> Vec<Item> {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut items = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let lineno = i + 1;
+        let parsed = parse_line(line, lineno);
+        let id = match &parsed {
+            Ok((id, _)) | Err((id, _)) => id.clone(),
+        };
+        let key = id_key(&id);
+        if done.contains(&key) {
+            items.push(Item::Done);
+            continue;
+        }
+        if let Some(first) = seen.get(&key) {
+            items.push(Item::Error {
+                msg: format!("input line {lineno}: duplicate id {id} (first on line {first})"),
+                id,
+                duplicate: true,
+            });
+            continue;
+        }
+        seen.insert(key, lineno);
+        items.push(match parsed {
+            Ok((id, text)) => Item::Record { id, text },
+            Err((id, msg)) => Item::Error {
+                id,
+                msg,
+                duplicate: false,
+            },
+        });
+    }
+    items
+}
