@@ -127,10 +127,10 @@ fn every_error_row_is_an_openai_error_and_the_server_keeps_serving() {
         .starts_with("Invalid schema for response_format 'Flat':"));
     s.assert_serving();
 
-    // 400 schema_too_complex, quoting the limit and the value: 17 x 17 alternatives.
-    let branch =
-        |n: usize| json!({"anyOf": (0..n).map(|i| json!({"const": i})).collect::<Vec<_>>()});
-    let complex = json!({"allOf": [branch(17), branch(17)]});
+    // 400 schema_too_complex, quoting the limit and the value: 17 x 17 object
+    // alternatives after distributing anyOf over allOf, over the limit of 256.
+    let branch = |p: &str| json!({"anyOf": (0..17).map(|i| json!({"type": "object", "required": [format!("{p}{i}")]})).collect::<Vec<_>>()});
+    let complex = json!({"allOf": [branch("a"), branch("b")]});
     let r = s.post(
         cc,
         &chat(json!({"response_format": {"type": "json_schema", "json_schema": {"name": "Big", "schema": complex}}})),
@@ -139,10 +139,17 @@ fn every_error_row_is_an_openai_error_and_the_server_keeps_serving() {
     let m = e["message"].as_str().unwrap();
     assert!(
         m.starts_with("Invalid schema for response_format 'Big':")
-            && m.contains("289")
-            && m.contains("256"),
+            && m.contains("alternatives")
+            && m.contains("over the limit of 256"),
         "{m}"
     );
+    let given: usize = m
+        .split("allOf ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no value in {m}"));
+    assert!(given > 256, "{m}");
     s.assert_serving();
 
     // 400 max_tokens_too_small, quoting the minimum; max_completion_tokens wins.

@@ -927,11 +927,8 @@ async fn stream(state: Shared, a: Admitted, rid: String) -> Result<Response, Api
         guard.1 = false;
         drop(a.permit);
     });
-    let sse = Sse::new(tokio_stream::wrappers::ReceiverStream::new(erx)).keep_alive(
-        KeepAlive::new()
-            .interval(state.cfg.keep_alive)
-            .text(" ping"),
-    );
+    let sse = Sse::new(tokio_stream::wrappers::ReceiverStream::new(erx))
+        .keep_alive(KeepAlive::new().interval(state.cfg.keep_alive).text("ping"));
     let mut r = sse.into_response();
     r.extensions_mut().insert(info);
     Ok(r)
