@@ -32,6 +32,7 @@ pub mod cli;
 pub mod engine;
 pub mod examples;
 pub mod sampling;
+pub mod serve;
 pub mod validate;
 
 use formwork_models::registry::{self, FetchEvent};

@@ -153,6 +153,23 @@ pub struct LoadedModel {
     pub context_length: usize,
 }
 
+impl LoadedModel {
+    /// Another handle on the same model: the weights are shared (through
+    /// [`LanguageModel::snapshot`]), the KV cache and the tokenizer are copies. One per
+    /// worker thread lets several sequences run at once without loading the file again.
+    pub fn share(&self) -> LoadedModel {
+        LoadedModel {
+            model: self.model.snapshot(),
+            tokenizer: self.tokenizer.clone(),
+            arch: self.arch.clone(),
+            name: self.name.clone(),
+            path: self.path.clone(),
+            device: self.device.clone(),
+            context_length: self.context_length,
+        }
+    }
+}
+
 impl std::fmt::Debug for LoadedModel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LoadedModel")

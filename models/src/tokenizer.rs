@@ -80,6 +80,7 @@ enum Family {
 }
 
 /// A tokenizer built from GGUF metadata, with the raw bytes of every token.
+#[derive(Clone)]
 pub struct GgufTokenizer {
     inner: Tokenizer,
     /// The added vocabulary of `inner` with control tokens treated as plain text, for

@@ -13,6 +13,7 @@ pub mod compile;
 pub mod extract;
 pub mod generate;
 pub mod models;
+pub mod serve;
 pub mod validate;
 
 /// `--source-strings[=substring|words]` (see `docs/source.md`).
@@ -46,6 +47,8 @@ pub enum Command {
     Extract(extract::ExtractArgs),
     /// Measure masked against free decoding on a labelled dataset.
     Bench(bench::BenchArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API (structured output enforced).
+    Serve(serve::ServeArgs),
 }
 
 /// Parse the command line and run the subcommand.
@@ -58,5 +61,6 @@ pub fn main() -> anyhow::Result<ExitCode> {
         Command::Compile(a) => compile::run(a),
         Command::Extract(a) => extract::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Serve(a) => serve::run(a),
     }
 }

@@ -69,6 +69,27 @@ pub enum Stop {
     Budget,
     /// The per-record time limit ran out.
     Timeout,
+    /// The [`Watch`] asked to stop (a server's client went away).
+    Cancelled,
+}
+
+/// Watches a run: called with the output bytes so far before every step (so the
+/// text grows between two calls by what the last feed added). Returning `false`
+/// stops the run with [`Stop::Cancelled`]. A server streams deltas and notices a
+/// client that went away through it.
+#[derive(Clone)]
+pub struct Watch(pub std::sync::Arc<dyn Fn(&[u8]) -> bool + Send + Sync>);
+
+impl std::fmt::Debug for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Watch(..)")
+    }
+}
+
+impl Watch {
+    fn stops(opts: &DecodeOptions, bytes: &[u8]) -> bool {
+        opts.watch.as_ref().is_some_and(|w| !(w.0)(bytes))
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -84,6 +105,8 @@ pub struct DecodeOptions {
     /// value branch before committing (see [`decode_masked`]).
     pub null_lookahead: bool,
     pub deadline: Option<Instant>,
+    /// Sees the text as it grows, and may stop the run (see [`Watch`]).
+    pub watch: Option<Watch>,
 }
 
 impl Default for DecodeOptions {
@@ -94,6 +117,7 @@ impl Default for DecodeOptions {
             heal_forced: true,
             null_lookahead: false,
             deadline: None,
+            watch: None,
         }
     }
 }
@@ -331,6 +355,10 @@ pub fn decode_masked(
     let eos = codec.eos_ids();
     let mut pending: Option<u32> = None;
     loop {
+        if Watch::stops(opts, &out.bytes) {
+            out.stop = Stop::Cancelled;
+            break;
+        }
         // 1. Feed the pending sampled token and the forced bytes after it (jump-forward).
         if pending.is_some() || opts.jump_forward {
             let cap = opts.max_tokens.saturating_sub(out.tokens.len());
@@ -701,6 +729,10 @@ pub fn decode_free(
             out.stop = Stop::Timeout;
             break;
         }
+        if Watch::stops(opts, &out.bytes) {
+            out.stop = Stop::Cancelled;
+            break;
+        }
         let Some(tok) = sampler.sample(&logits, |_| true) else {
             break;
         };
@@ -719,6 +751,60 @@ pub fn decode_free(
             break;
         }
         if out.tokens.len() >= opts.max_tokens {
+            break;
+        }
+        logits = model.forward(&[tok], pos)?;
+        out.stats.forward_passes += 1;
+        pos += 1;
+    }
+    out.stats.decode_time = started.elapsed();
+    Ok(out)
+}
+
+/// Unconstrained text: sample until EOS, the budget, the deadline or the watch.
+/// Unlike [`decode_free`] it does not stop after a first JSON value (a chat answer
+/// is prose). Control tokens other than EOS add no bytes.
+pub fn decode_text(
+    model: &mut dyn LanguageModel,
+    codec: &dyn Codec,
+    is_special: &dyn Fn(u32) -> bool,
+    sampler: &mut Sampler,
+    mut logits: Vec<f32>,
+    mut pos: usize,
+    opts: &DecodeOptions,
+) -> formwork_models::Result<DecodeOutput> {
+    let started = Instant::now();
+    let mut out = DecodeOutput::empty();
+    let eos = codec.eos_ids();
+    loop {
+        if out.tokens.len() >= opts.max_tokens {
+            out.stop = Stop::Budget;
+            break;
+        }
+        if opts.deadline.is_some_and(|d| Instant::now() >= d) {
+            out.stop = Stop::Timeout;
+            break;
+        }
+        if Watch::stops(opts, &out.bytes) {
+            out.stop = Stop::Cancelled;
+            break;
+        }
+        let Some(tok) = sampler.sample(&logits, |_| true) else {
+            out.stop = Stop::Eos;
+            break;
+        };
+        if eos.contains(&tok) {
+            out.stop = Stop::Eos;
+            break;
+        }
+        if !is_special(tok) {
+            out.bytes
+                .extend_from_slice(&codec.token_bytes()[tok as usize]);
+        }
+        out.tokens.push(tok);
+        out.stats.tokens_generated += 1;
+        if out.tokens.len() >= opts.max_tokens {
+            out.stop = Stop::Budget;
             break;
         }
         logits = model.forward(&[tok], pos)?;

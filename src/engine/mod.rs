@@ -13,6 +13,7 @@
 //! is the baseline: generate, extract the first JSON value, validate, and retry
 //! with the exact errors quoted, up to `retries` times.
 
+pub mod chat;
 pub mod decode;
 pub mod prompt;
 pub mod source;
@@ -440,6 +441,7 @@ impl Engine {
             heal_forced: opts.heal_forced,
             null_lookahead: opts.null_lookahead,
             deadline: opts.timeout.map(|t| started + t),
+            ..DecodeOptions::default()
         }
     }
 

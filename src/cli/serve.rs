@@ -1,0 +1,80 @@
+//! `formwork serve`: the OpenAI-compatible server (see `crate::serve` and README,
+//! "Serving"). This file only turns flags into a `ServeConfig`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use formwork_models::registry::DEFAULT_MODEL;
+
+use crate::serve::{self, ServeConfig};
+
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// A registry name, a path to a .gguf file, or a Hugging Face repo id in the local cache.
+    #[arg(long, env = "FORMWORK_MODEL", default_value = DEFAULT_MODEL)]
+    pub model: String,
+    /// The address to listen on: loopback unless told otherwise.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// The port (0 picks a free one; the `listening` log line names it).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Requests decoded at once, each on an engine thread of its own (weights shared).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub parallel: u16,
+    /// Requests that may wait for an engine thread; one more is answered 503.
+    #[arg(long, default_value_t = 16)]
+    pub max_queue: usize,
+    /// Require `Authorization: Bearer KEY` on every route but /health.
+    #[arg(long, env = "FORMWORK_API_KEY")]
+    pub api_key: Option<String>,
+    /// The largest request body in bytes (413 above it).
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_body_bytes: usize,
+    /// Seconds a request may take from arrival, queue included; an answer cut by it
+    /// has `finish_reason: "length"` and `incomplete_reason: "timeout"`.
+    #[arg(long)]
+    pub request_timeout: Option<f64>,
+    /// Append the JSON-lines log here instead of stderr (no prompt or output content).
+    #[arg(long)]
+    pub log: Option<PathBuf>,
+    /// Seconds running requests may go on after SIGINT/SIGTERM.
+    #[arg(long, default_value_t = 30.0)]
+    pub grace: f64,
+    /// Seconds between `: ping` comments on a stream.
+    #[arg(long, default_value_t = 10.0, hide = true)]
+    pub keep_alive: f64,
+    /// Where to run: auto, cpu, cuda or metal (cuda and metal need the build feature).
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+}
+
+fn seconds(flag: &str, s: f64) -> anyhow::Result<Duration> {
+    if !(s.is_finite() && s >= 0.0 && s < 1e9) {
+        anyhow::bail!("--{flag} {s}: must be a number of seconds, 0 or more");
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+pub fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
+    let cfg = ServeConfig {
+        model: a.model,
+        device: a.device.parse()?,
+        host: a.host,
+        port: a.port,
+        parallel: a.parallel as usize,
+        max_queue: a.max_queue,
+        api_key: a.api_key.filter(|k| !k.is_empty()),
+        max_body_bytes: a.max_body_bytes,
+        request_timeout: a
+            .request_timeout
+            .map(|s| seconds("request-timeout", s))
+            .transpose()?,
+        log: a.log,
+        grace: seconds("grace", a.grace)?,
+        keep_alive: seconds("keep-alive", a.keep_alive)?.max(Duration::from_millis(100)),
+    };
+    serve::run(cfg)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,336 @@
+//! Chat completion: a conversation and a constraint in, one checked answer out.
+//!
+//! ```text
+//! messages ─▶ prompt::encode (the model's chat template) ─▶ prefill (shared prefix
+//!     reused) ─▶ masked decode (Constraint::Schema) or plain sampling (Text)
+//!     ─▶ text ─▶ Validator (every schema answer) ─▶ ChatAnswer
+//! ```
+//!
+//! This is the entry point of `formwork serve`: the messages are the caller's, not
+//! a prompt formwork writes around a document ([`Engine::extract`]). The only text
+//! added is an optional schema hint in the system message
+//! ([`ChatOptions::schema_hint`]); what the mask enforces is the grammar alone.
+//! "Any JSON object" is a [`Constraint::Schema`] whose schema is
+//! [`ANY_OBJECT_SCHEMA`], compiled like any other.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use formwork_grammar::matcher::{Grammar, Matcher};
+use formwork_models::chat::ChatMessage;
+use serde_json::Value;
+
+use super::decode::{decode_masked, decode_text, DecodeOptions, DecodeOutput, Stop, Watch};
+use super::{Engine, VerdictKind};
+use crate::sampling::{Sampler, Sampling};
+use crate::validate::{LineError, Validator, Verdict};
+
+/// The schema behind `response_format: {"type":"json_object"}`: any JSON object.
+pub const ANY_OBJECT_SCHEMA: &str = r#"{"type":"object"}"#;
+
+/// What the answer must be.
+pub enum Constraint<'a> {
+    /// A compiled grammar and the validator of the same schema: the mask enforces
+    /// the grammar, the validator checks the finished text again.
+    Schema {
+        grammar: Arc<Grammar>,
+        validator: &'a Validator,
+    },
+    /// Unconstrained text.
+    Text,
+}
+
+#[derive(Clone, Debug)]
+pub struct ChatOptions {
+    /// Output tokens at most (EOS not counted).
+    pub max_tokens: usize,
+    pub sampling: Sampling,
+    pub seed: u64,
+    /// Wall-clock limit from the call on; the answer is then `Stop::Timeout`.
+    pub timeout: Option<Duration>,
+    /// Sees the output as it grows, and may cancel the run.
+    pub watch: Option<Watch>,
+    /// Shown to the model in the system message (a compact outline of the schema).
+    /// The mask enforces the grammar whether or not it is given.
+    pub schema_hint: Option<Value>,
+}
+
+impl Default for ChatOptions {
+    fn default() -> Self {
+        ChatOptions {
+            max_tokens: 512,
+            sampling: Sampling::Greedy,
+            seed: 0,
+            timeout: None,
+            watch: None,
+            schema_hint: None,
+        }
+    }
+}
+
+/// One chat answer.
+#[derive(Clone, Debug)]
+pub struct ChatAnswer {
+    /// The answer text (the JSON text under a schema).
+    pub text: String,
+    /// `valid`, `schema_invalid`, `semantic_invalid`, `not_json` or `incomplete`
+    /// under a schema; `valid` for finished text and `incomplete` for cut text
+    /// without one; `error` when the model runtime failed.
+    pub verdict: VerdictKind,
+    /// The validator's errors (`loc`, `msg`, `type`), empty when valid.
+    pub errors: Vec<LineError>,
+    /// The parsed value of a valid schema answer.
+    pub value: Option<Value>,
+    /// Why the run ended.
+    pub stop: Stop,
+    /// A one-line reason for `incomplete` and `error`.
+    pub message: Option<String>,
+    pub tokens_prompt: usize,
+    /// Prompt tokens whose KV state came from the cached shared prefix.
+    pub tokens_cached: usize,
+    /// Output tokens (sampled and forced).
+    pub tokens_completion: usize,
+    pub tokens_forced: usize,
+    /// Nanoseconds of each full mask computation.
+    pub mask_ns: Vec<u64>,
+    pub ms: u64,
+}
+
+/// Why a request cannot run at all (before any token): the caller's fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    #[error("the prompt is {prompt} tokens and the shortest valid answer needs {min} more; the context length of this model is {context}")]
+    ContextLength {
+        prompt: usize,
+        min: usize,
+        context: usize,
+    },
+    #[error("the conversation has no message")]
+    Empty,
+    #[error("{0}")]
+    Prompt(String),
+}
+
+impl Engine {
+    /// Answer a conversation under `constraint`.
+    ///
+    /// Runtime failures of the model become `verdict: error` in the answer; only a
+    /// request that cannot run (prompt too long for the context, empty) is an `Err`.
+    ///
+    /// ```no_run
+    /// use formwork::engine::{chat::{ChatOptions, Constraint}, Engine, Schema};
+    /// use formwork_models::chat::ChatMessage;
+    /// let mut engine = Engine::new(formwork::load_model("smollm2-135m", "auto".parse().unwrap())?);
+    /// let mut schema = Schema::new(serde_json::json!({
+    ///     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]
+    /// }))?;
+    /// let grammar = schema.grammar()?;
+    /// let messages = [ChatMessage::new("user", "Where is the Colosseum?")];
+    /// let c = Constraint::Schema { grammar, validator: &schema.validator };
+    /// let a = engine.chat(&messages, &c, &ChatOptions::default())?;
+    /// println!("{:?} {}", a.verdict, a.text);
+    /// # Ok::<(), anyhow::Error>(())
+    /// ```
+    pub fn chat(
+        &mut self,
+        messages: &[ChatMessage],
+        constraint: &Constraint<'_>,
+        opts: &ChatOptions,
+    ) -> Result<ChatAnswer, ChatError> {
+        let started = Instant::now();
+        if messages.is_empty() {
+            return Err(ChatError::Empty);
+        }
+        let messages = with_hint(messages, opts.schema_hint.as_ref());
+        let ids = self
+            .prompt_tokens(&messages)
+            .map_err(|e| ChatError::Prompt(format!("{e:#}")))?;
+        let min = match constraint {
+            Constraint::Schema { grammar, .. } => {
+                Matcher::new(grammar.clone(), self.trie.clone()).min_completion_tokens()
+            }
+            Constraint::Text => 0,
+        };
+        let context = self.loaded.context_length;
+        if ids.len() + min.max(1) > context {
+            return Err(ChatError::ContextLength {
+                prompt: ids.len(),
+                min,
+                context,
+            });
+        }
+        let shared = self.chat_shared_prefix(&messages, &ids);
+        let reused_before = self.prefix_tokens_reused;
+        let mut answer = ChatAnswer {
+            text: String::new(),
+            verdict: VerdictKind::Error,
+            errors: Vec::new(),
+            value: None,
+            stop: Stop::Budget,
+            message: None,
+            tokens_prompt: ids.len(),
+            tokens_cached: 0,
+            tokens_completion: 0,
+            tokens_forced: 0,
+            mask_ns: Vec::new(),
+            ms: 0,
+        };
+        let dopts = DecodeOptions {
+            // The context bounds the budget too: a masked answer steered to fit it
+            // still ends valid.
+            max_tokens: opts.max_tokens.min(context - ids.len()),
+            deadline: opts.timeout.map(|t| started + t),
+            watch: opts.watch.clone(),
+            ..DecodeOptions::default()
+        };
+        let run = self.prefill(&ids, shared).and_then(|logits| {
+            let mut sampler = Sampler::new(opts.sampling.clone(), opts.seed);
+            match constraint {
+                Constraint::Schema { grammar, .. } => {
+                    let mut matcher = Matcher::new(grammar.clone(), self.trie.clone());
+                    let out = decode_masked(
+                        &mut self.loaded.model,
+                        &self.loaded.tokenizer,
+                        &mut matcher,
+                        &mut sampler,
+                        logits,
+                        ids.len(),
+                        &dopts,
+                    )?;
+                    Ok((out, matcher.is_accepting()))
+                }
+                Constraint::Text => {
+                    let tok = &self.loaded.tokenizer;
+                    let out = decode_text(
+                        self.loaded.model.as_mut(),
+                        tok,
+                        &|t: u32| tok.is_special(t),
+                        &mut sampler,
+                        logits,
+                        ids.len(),
+                        &dopts,
+                    )?;
+                    Ok((out, true))
+                }
+            }
+        });
+        answer.tokens_cached = self.prefix_tokens_reused - reused_before;
+        match run {
+            Ok((out, complete)) => finish(&mut answer, constraint, &out, complete),
+            Err(e) => {
+                answer.verdict = VerdictKind::Error;
+                answer.message = Some(format!("{e:#}"));
+            }
+        }
+        answer.ms = started.elapsed().as_millis() as u64;
+        Ok(answer)
+    }
+
+    /// The leading tokens of `ids` shared by every conversation that differs only in
+    /// its last message (the system message and earlier turns): cached as a prefix.
+    fn chat_shared_prefix(&self, messages: &[ChatMessage], ids: &[u32]) -> usize {
+        let mut k = ids.len();
+        for dummy in ["A", "Z z"] {
+            let mut other = messages.to_vec();
+            if let Some(last) = other.last_mut() {
+                last.content = dummy.to_string();
+            }
+            match self.prompt_tokens(&other) {
+                Ok(o) => k = k.min(ids.iter().zip(&o).take_while(|(a, b)| a == b).count()),
+                Err(_) => return 0,
+            }
+        }
+        k
+    }
+}
+
+/// The conversation with the schema outline added to its system message (a new
+/// system message first when there is none).
+fn with_hint(messages: &[ChatMessage], hint: Option<&Value>) -> Vec<ChatMessage> {
+    let mut m = messages.to_vec();
+    let Some(schema) = hint else { return m };
+    let text = format!(
+        "Reply with one JSON object of this shape, and nothing else \
+         (`a | b` lists the allowed values, `?` marks a key that may be left out):\n{}",
+        super::prompt::schema_outline(schema)
+    );
+    match m.iter_mut().find(|x| x.role == "system") {
+        Some(sys) => {
+            sys.content.push_str("\n\n");
+            sys.content.push_str(&text);
+        }
+        None => m.insert(0, ChatMessage::new("system", text)),
+    }
+    m
+}
+
+fn finish(
+    answer: &mut ChatAnswer,
+    constraint: &Constraint<'_>,
+    out: &DecodeOutput,
+    complete: bool,
+) {
+    answer.stop = out.stop;
+    answer.tokens_completion = out.tokens.len();
+    answer.tokens_forced = out.stats.tokens_forced;
+    answer.mask_ns = out.stats.mask_ns.clone();
+    answer.text = String::from_utf8_lossy(&out.bytes).into_owned();
+    let cut = match out.stop {
+        Stop::Timeout => Some("the time limit ended the run before the answer was complete"),
+        Stop::Cancelled => Some("the request was cancelled"),
+        Stop::Budget if !complete => {
+            Some("the token budget ended the run before the value was complete")
+        }
+        Stop::Budget if matches!(constraint, Constraint::Text) => {
+            Some("the token budget ended the text")
+        }
+        _ => None,
+    };
+    if let Some(why) = cut {
+        answer.verdict = VerdictKind::Incomplete;
+        answer.message = Some(why.to_string());
+        if matches!(constraint, Constraint::Text) || !complete {
+            return;
+        }
+    }
+    let Constraint::Schema { validator, .. } = constraint else {
+        answer.verdict = VerdictKind::Valid;
+        return;
+    };
+    let verdict = validator.check(&answer.text);
+    let kind = match verdict {
+        Verdict::Valid(v) => {
+            answer.value = Some(v);
+            VerdictKind::Valid
+        }
+        Verdict::NotJson(e) => {
+            answer.message = Some(e.to_string());
+            VerdictKind::NotJson
+        }
+        Verdict::SchemaInvalid(errs) => {
+            answer.errors = errs;
+            VerdictKind::SchemaInvalid
+        }
+        Verdict::SemanticInvalid(errs) => {
+            answer.errors = errs;
+            VerdictKind::SemanticInvalid
+        }
+    };
+    if answer.verdict != VerdictKind::Incomplete {
+        answer.verdict = kind;
+    }
+}
+
+impl Engine {
+    /// Another engine on the same weights and token trie, with its own KV state and
+    /// no cached prefix: one per worker thread of a server.
+    pub fn share(&self) -> Engine {
+        Engine {
+            loaded: self.loaded.share(),
+            trie: self.trie.clone(),
+            prefix: None,
+            reuse_prefix: self.reuse_prefix,
+            prefix_tokens_reused: 0,
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! The engine threads. `Engine` is not `Sync`: each of `--parallel` threads owns one,
+//! all sharing one set of weights ([`Engine::share`]). Jobs come through one queue;
+//! admission (the semaphore of `--parallel + --max-queue` permits) happens before a
+//! job is sent, in the handler.
+//!
+//! A job carries a cancel flag. The handler sets it when its future is dropped (the
+//! client went away) and the engine's [`Watch`] reads it before every step, so a
+//! disconnect frees its thread within one forward pass. A panic inside the engine
+//! is caught here, answered as a 500, and the thread goes on with a fresh engine.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use formwork_models::chat::ChatMessage;
+use tokio::sync::{mpsc as tmpsc, oneshot};
+
+use super::schemas::Compiled;
+use crate::engine::chat::{ChatAnswer, ChatError, ChatOptions, Constraint};
+use crate::engine::decode::Watch;
+use crate::engine::Engine;
+
+/// One request for an engine thread.
+pub struct Job {
+    pub messages: Vec<ChatMessage>,
+    pub schema: Option<Arc<Compiled>>,
+    pub opts: ChatOptions,
+    /// The run must end by then (`--request-timeout`, counted from arrival).
+    pub deadline: Option<Instant>,
+    pub cancel: Arc<AtomicBool>,
+    /// Whole UTF-8 text as it is produced (streaming only).
+    pub deltas: Option<tmpsc::UnboundedSender<String>>,
+    pub reply: oneshot::Sender<Result<ChatAnswer, JobError>>,
+    /// Test hook (`FORMWORK_SERVE_TEST_HOOKS=1`): panic inside the engine thread.
+    pub panic: bool,
+}
+
+#[derive(Debug)]
+pub enum JobError {
+    Chat(ChatError),
+    Panic(String),
+    /// Cancelled before it started, or the deadline passed in the queue.
+    Dropped,
+}
+
+pub struct Pool {
+    tx: Mutex<mpsc::Sender<Job>>,
+    /// Jobs running on an engine thread now.
+    pub running: Arc<AtomicUsize>,
+}
+
+impl Pool {
+    /// Start `n` threads on engines shared from `base`.
+    pub fn start(base: Engine, n: usize) -> Pool {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        let base = Arc::new(Mutex::new(base));
+        let running = Arc::new(AtomicUsize::new(0));
+        for i in 0..n.max(1) {
+            let rx = rx.clone();
+            let base = base.clone();
+            let running = running.clone();
+            let engine = match base.lock() {
+                Ok(b) => b.share(),
+                Err(_) => continue,
+            };
+            let _ = std::thread::Builder::new()
+                .name(format!("formwork-engine-{i}"))
+                .spawn(move || worker(engine, base, rx, running));
+        }
+        Pool {
+            tx: Mutex::new(tx),
+            running,
+        }
+    }
+
+    pub fn submit(&self, job: Job) -> Result<(), Job> {
+        match self.tx.lock() {
+            Ok(tx) => tx.send(job).map_err(|e| e.0),
+            Err(_) => Err(job),
+        }
+    }
+}
+
+fn worker(
+    mut engine: Engine,
+    base: Arc<Mutex<Engine>>,
+    rx: Arc<Mutex<mpsc::Receiver<Job>>>,
+    running: Arc<AtomicUsize>,
+) {
+    loop {
+        let job = {
+            let Ok(guard) = rx.lock() else { return };
+            match guard.recv() {
+                Ok(j) => j,
+                Err(_) => return,
+            }
+        };
+        if job.cancel.load(Ordering::SeqCst) || job.deadline.is_some_and(|d| Instant::now() >= d) {
+            let _ = job.reply.send(Err(JobError::Dropped));
+            continue;
+        }
+        running.fetch_add(1, Ordering::SeqCst);
+        metrics::gauge!("formwork_requests_running").increment(1.0);
+        let Job {
+            messages,
+            schema,
+            mut opts,
+            deadline,
+            cancel,
+            deltas,
+            reply,
+            panic,
+        } = job;
+        opts.timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        opts.watch = Some(watch(cancel, deltas));
+        let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            if panic {
+                panic!("test hook: a panic inside the engine thread");
+            }
+            let constraint = match &schema {
+                Some(c) => Constraint::Schema {
+                    grammar: c.grammar.clone(),
+                    validator: &c.validator,
+                },
+                None => Constraint::Text,
+            };
+            engine.chat(&messages, &constraint, &opts)
+        }));
+        let out = match result {
+            Ok(Ok(a)) => Ok(a),
+            Ok(Err(e)) => Err(JobError::Chat(e)),
+            Err(p) => {
+                let msg = p
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "panic".into());
+                // The engine may be half-way through a step: start from a fresh one.
+                if let Ok(b) = base.lock() {
+                    engine = b.share();
+                }
+                Err(JobError::Panic(msg))
+            }
+        };
+        running.fetch_sub(1, Ordering::SeqCst);
+        metrics::gauge!("formwork_requests_running").decrement(1.0);
+        let _ = reply.send(out);
+    }
+}
+
+/// The engine's watch for one job: stop when cancelled or when the stream's reader
+/// is gone; send every whole UTF-8 character once.
+fn watch(cancel: Arc<AtomicBool>, deltas: Option<tmpsc::UnboundedSender<String>>) -> Watch {
+    let sent = Mutex::new(0usize);
+    Watch(Arc::new(move |bytes: &[u8]| {
+        if cancel.load(Ordering::SeqCst) {
+            return false;
+        }
+        let Some(tx) = &deltas else { return true };
+        if tx.is_closed() {
+            cancel.store(true, Ordering::SeqCst);
+            return false;
+        }
+        let Ok(mut n) = sent.lock() else { return true };
+        if bytes.len() > *n {
+            let fresh = &bytes[*n..];
+            let whole = match std::str::from_utf8(fresh) {
+                Ok(t) => t,
+                Err(e) => std::str::from_utf8(&fresh[..e.valid_up_to()]).unwrap_or(""),
+            };
+            if !whole.is_empty() {
+                if tx.send(whole.to_string()).is_err() {
+                    cancel.store(true, Ordering::SeqCst);
+                    return false;
+                }
+                *n += whole.len();
+            }
+        }
+        true
+    }))
+}

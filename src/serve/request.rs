@@ -1,0 +1,554 @@
+//! Reading a request body into what the engine runs: the messages, the output
+//! format, the budget and the sampling. Every field is checked by hand, so a wrong
+//! type is a 400 naming the parameter, and nothing the engine cannot honour is
+//! dropped silently (`tools`, images, `n > 1`, `stop`, `logprobs` are refused).
+
+use formwork_models::chat::ChatMessage;
+use serde_json::{Map, Value};
+
+use super::error::ApiError;
+
+/// What the answer must be (`response_format` / `text.format`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Format {
+    /// `json_schema` (canonical or flat `schema` form).
+    Schema { name: String, schema: Value },
+    /// `json_object`: any JSON object.
+    JsonObject,
+    /// `text`, or no `response_format`: unconstrained.
+    Text,
+}
+
+/// A parsed chat request (also what `/v1/responses` maps onto).
+#[derive(Clone, Debug)]
+pub struct ChatRequest {
+    pub model: String,
+    pub messages: Vec<ChatMessage>,
+    pub format: Format,
+    /// The budget asked for, and which parameter gave it (for messages).
+    pub max_tokens: Option<(usize, &'static str)>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub seed: Option<u64>,
+    pub stream: bool,
+    pub include_usage: bool,
+}
+
+/// The body as a JSON object, or the 400 for it.
+pub fn json_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad(
+            "invalid_json",
+            "body",
+            format!("We could not parse the JSON body of your request: {e}"),
+        )
+    })?;
+    match v {
+        Value::Object(m) => Ok(m),
+        other => Err(ApiError::bad(
+            "invalid_json",
+            "body",
+            format!(
+                "The request body must be a JSON object, not {}",
+                type_name(&other)
+            ),
+        )),
+    }
+}
+
+pub fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn wrong_type(param: &str, want: &str, got: &Value) -> ApiError {
+    let mut e = ApiError::bad_param(
+        param,
+        format!(
+            "Invalid type for '{param}': expected {want}, but got {}.",
+            type_name(got)
+        ),
+    );
+    e.code = Some("invalid_type");
+    e
+}
+
+fn missing(param: &str) -> ApiError {
+    let mut e = ApiError::bad_param(param, format!("Missing required parameter: '{param}'."));
+    e.code = Some("missing_required_parameter");
+    e
+}
+
+/// A field that may be absent or null.
+fn opt<'a>(m: &'a Map<String, Value>, k: &str) -> Option<&'a Value> {
+    m.get(k).filter(|v| !v.is_null())
+}
+
+fn opt_str(m: &Map<String, Value>, k: &str, param: &str) -> Result<Option<String>, ApiError> {
+    match opt(m, k) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(v) => Err(wrong_type(param, "a string", v)),
+    }
+}
+
+fn opt_bool(m: &Map<String, Value>, k: &str, param: &str) -> Result<Option<bool>, ApiError> {
+    match opt(m, k) {
+        None => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(v) => Err(wrong_type(param, "a boolean", v)),
+    }
+}
+
+fn opt_f64(m: &Map<String, Value>, k: &str, lo: f64, hi: f64) -> Result<Option<f64>, ApiError> {
+    match opt(m, k) {
+        None => Ok(None),
+        Some(v @ Value::Number(n)) => {
+            let x = n.as_f64().ok_or_else(|| wrong_type(k, "a number", v))?;
+            if !(lo..=hi).contains(&x) {
+                return Err(ApiError::bad_param(
+                    k,
+                    format!("Invalid '{k}': {x} is not between {lo} and {hi}."),
+                ));
+            }
+            Ok(Some(x))
+        }
+        Some(v) => Err(wrong_type(k, "a number", v)),
+    }
+}
+
+fn opt_uint(m: &Map<String, Value>, k: &str) -> Result<Option<u64>, ApiError> {
+    match opt(m, k) {
+        None => Ok(None),
+        Some(v @ Value::Number(n)) => match n.as_u64() {
+            Some(x) => Ok(Some(x)),
+            None => Err(ApiError::bad_param(
+                k,
+                format!("Invalid '{k}': {v} is not a non-negative integer."),
+            )),
+        },
+        Some(v) => Err(wrong_type(k, "an integer", v)),
+    }
+}
+
+/// The text of a message's `content`: a string, or an array of text parts.
+/// Images, audio and files are refused (ignoring them would answer another question).
+fn content_text(v: &Value, param: &str) -> Result<String, ApiError> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        Value::Null => Ok(String::new()),
+        Value::Array(parts) => {
+            let mut out = String::new();
+            for (j, p) in parts.iter().enumerate() {
+                let pp = format!("{param}[{j}]");
+                let Value::Object(o) = p else {
+                    return Err(wrong_type(&pp, "an object", p));
+                };
+                let ty = o.get("type").and_then(Value::as_str).unwrap_or("");
+                match ty {
+                    "text" | "input_text" | "output_text" => match o.get("text") {
+                        Some(Value::String(t)) => out.push_str(t),
+                        Some(t) => return Err(wrong_type(&format!("{pp}.text"), "a string", t)),
+                        None => return Err(missing(&format!("{pp}.text"))),
+                    },
+                    "image_url" | "input_image" | "input_audio" | "file" | "input_file" => {
+                        return Err(ApiError::unsupported(
+                            &pp,
+                            format!("'{pp}': content parts of type '{ty}' are not supported: this server runs a text-only model."),
+                        ))
+                    }
+                    other => {
+                        return Err(ApiError::bad_param(
+                            &format!("{pp}.type"),
+                            format!("Invalid value for '{pp}.type': '{other}' (expected 'text')."),
+                        ))
+                    }
+                }
+            }
+            Ok(out)
+        }
+        other => Err(wrong_type(
+            param,
+            "a string or an array of content parts",
+            other,
+        )),
+    }
+}
+
+/// `messages` (chat completions) into the engine's chat messages.
+pub fn messages(v: Option<&Value>, param: &str) -> Result<Vec<ChatMessage>, ApiError> {
+    let Some(v) = v else {
+        return Err(missing(param));
+    };
+    let Value::Array(items) = v else {
+        return Err(wrong_type(param, "an array", v));
+    };
+    if items.is_empty() {
+        let mut e = ApiError::bad_param(
+            param,
+            format!("Invalid '{param}': empty array. Expected an array with at least one message."),
+        );
+        e.code = Some("empty_array");
+        return Err(e);
+    }
+    let mut out = Vec::with_capacity(items.len());
+    for (i, it) in items.iter().enumerate() {
+        let p = format!("{param}[{i}]");
+        let Value::Object(m) = it else {
+            return Err(wrong_type(&p, "an object", it));
+        };
+        let role = match m.get("role") {
+            Some(Value::String(r)) => r.as_str(),
+            Some(r) => return Err(wrong_type(&format!("{p}.role"), "a string", r)),
+            None => return Err(missing(&format!("{p}.role"))),
+        };
+        let role = match role {
+            "system" | "developer" => "system",
+            "user" => "user",
+            "assistant" => "assistant",
+            "tool" | "function" => {
+                return Err(ApiError::unsupported(
+                    &format!("{p}.role"),
+                    format!("'{p}.role': '{role}' messages are not supported: this server has no tool calling."),
+                ))
+            }
+            other => {
+                return Err(ApiError::bad_param(
+                    &format!("{p}.role"),
+                    format!("Invalid value for '{p}.role': '{other}'. Supported values are: 'system', 'developer', 'user' and 'assistant'."),
+                ))
+            }
+        };
+        if opt(m, "tool_calls").is_some() || opt(m, "function_call").is_some() {
+            return Err(ApiError::unsupported(
+                &format!("{p}.tool_calls"),
+                format!("'{p}.tool_calls': tool calls are not supported by this server."),
+            ));
+        }
+        let content = match m.get("content") {
+            Some(c) => content_text(c, &format!("{p}.content"))?,
+            None if role == "assistant" => String::new(),
+            None => return Err(missing(&format!("{p}.content"))),
+        };
+        out.push(ChatMessage::new(role, content));
+    }
+    Ok(out)
+}
+
+/// `response_format` (chat completions) or `text.format` (responses).
+pub fn format(v: Option<&Value>, param: &str, flat_responses: bool) -> Result<Format, ApiError> {
+    let Some(v) = v.filter(|v| !v.is_null()) else {
+        return Ok(Format::Text);
+    };
+    let Value::Object(m) = v else {
+        return Err(wrong_type(param, "an object", v));
+    };
+    let ty = match m.get("type") {
+        Some(Value::String(t)) => t.as_str(),
+        Some(t) => return Err(wrong_type(&format!("{param}.type"), "a string", t)),
+        None => return Err(missing(&format!("{param}.type"))),
+    };
+    match ty {
+        "text" => Ok(Format::Text),
+        "json_object" => Ok(Format::JsonObject),
+        "json_schema" => {
+            // Canonical: {"type":"json_schema","json_schema":{"name","schema","strict"}}.
+            // Flat (llama.cpp, SGLang users; and the Responses API's `text.format`):
+            // {"type":"json_schema","name"?,"schema":{...}}.
+            let (holder, hp) = match m.get("json_schema") {
+                Some(Value::Object(js)) if !flat_responses => (js, format!("{param}.json_schema")),
+                Some(js) if !flat_responses => {
+                    return Err(wrong_type(&format!("{param}.json_schema"), "an object", js))
+                }
+                _ => (m, param.to_string()),
+            };
+            let name = opt_str(holder, "name", &format!("{hp}.name"))?
+                .unwrap_or_else(|| "response".to_string());
+            opt_bool(holder, "strict", &format!("{hp}.strict"))?;
+            let schema = match holder.get("schema") {
+                Some(s @ (Value::Object(_) | Value::Bool(_))) => s.clone(),
+                Some(s) => return Err(wrong_type(&format!("{hp}.schema"), "an object", s)),
+                None => return Err(missing(&format!("{hp}.schema"))),
+            };
+            Ok(Format::Schema { name, schema })
+        }
+        other => Err(ApiError::bad_param(
+            &format!("{param}.type"),
+            format!("Invalid value for '{param}.type': '{other}'. Supported values are: 'text', 'json_object' and 'json_schema'."),
+        )),
+    }
+}
+
+/// Parameters this server refuses rather than ignores, when set to anything that
+/// would change the answer.
+fn refuse_unsupported(m: &Map<String, Value>) -> Result<(), ApiError> {
+    for k in ["tools", "functions"] {
+        match opt(m, k) {
+            None => {}
+            Some(Value::Array(a)) if a.is_empty() => {}
+            Some(_) => {
+                return Err(ApiError::unsupported(
+                    k,
+                    format!("'{k}' is not supported: this server has no tool calling; use response_format for structured output."),
+                ))
+            }
+        }
+    }
+    for k in ["tool_choice", "function_call"] {
+        match opt(m, k) {
+            None => {}
+            Some(Value::String(s)) if s == "none" || s == "auto" => {}
+            Some(_) => {
+                return Err(ApiError::unsupported(
+                    k,
+                    format!("'{k}' is not supported: this server has no tool calling."),
+                ))
+            }
+        }
+    }
+    if let Some(n) = opt_uint(m, "n")? {
+        if n != 1 {
+            return Err(ApiError::unsupported(
+                "n",
+                format!("'n' = {n} is not supported: this server returns one choice."),
+            ));
+        }
+    }
+    match opt(m, "stop") {
+        None => {}
+        Some(Value::Array(a)) if a.is_empty() => {}
+        Some(_) => {
+            return Err(ApiError::unsupported(
+                "stop",
+                "'stop' sequences are not supported: the answer ends where its format ends.",
+            ))
+        }
+    }
+    for k in ["logprobs", "top_logprobs"] {
+        match opt(m, k) {
+            None | Some(Value::Bool(false)) => {}
+            Some(_) => {
+                return Err(ApiError::unsupported(
+                    k,
+                    format!("'{k}' is not supported by this server."),
+                ))
+            }
+        }
+    }
+    for k in ["frequency_penalty", "presence_penalty"] {
+        if let Some(x) = opt_f64(m, k, -2.0, 2.0)? {
+            if x != 0.0 {
+                return Err(ApiError::unsupported(
+                    k,
+                    format!("'{k}' other than 0 is not supported by this server."),
+                ));
+            }
+        }
+    }
+    if let Some(Value::Object(lb)) = opt(m, "logit_bias") {
+        if !lb.is_empty() {
+            return Err(ApiError::unsupported(
+                "logit_bias",
+                "'logit_bias' is not supported by this server.",
+            ));
+        }
+    }
+    for k in ["audio", "modalities", "prediction", "web_search_options"] {
+        match opt(m, k) {
+            None => {}
+            Some(Value::Array(a)) if k == "modalities" && a.iter().all(|x| x == "text") => {}
+            Some(_) => {
+                return Err(ApiError::unsupported(
+                    k,
+                    format!("'{k}' is not supported by this server."),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+fn budget(
+    m: &Map<String, Value>,
+    names: &[&'static str],
+) -> Result<Option<(usize, &'static str)>, ApiError> {
+    // The first name wins (`max_completion_tokens` over the older `max_tokens`).
+    for &k in names {
+        if let Some(n) = opt_uint(m, k)? {
+            if n == 0 {
+                return Err(ApiError::bad_param(
+                    k,
+                    format!("Invalid '{k}': 0; it must be at least 1."),
+                ));
+            }
+            return Ok(Some((n.min(u32::MAX as u64) as usize, k)));
+        }
+    }
+    Ok(None)
+}
+
+fn model(m: &Map<String, Value>) -> Result<String, ApiError> {
+    match m.get("model") {
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(v) => Err(wrong_type("model", "a string", v)),
+        None => Err(missing("model")),
+    }
+}
+
+fn sampling(m: &Map<String, Value>) -> Result<(Option<f64>, Option<f64>, Option<u64>), ApiError> {
+    let temperature = opt_f64(m, "temperature", 0.0, 2.0)?;
+    let top_p = opt_f64(m, "top_p", 0.0, 1.0)?;
+    let seed = match opt(m, "seed") {
+        None => None,
+        Some(v @ Value::Number(n)) => Some(
+            n.as_i64()
+                .map(|x| x as u64)
+                .or_else(|| n.as_u64())
+                .ok_or_else(|| wrong_type("seed", "an integer", v))?,
+        ),
+        Some(v) => return Err(wrong_type("seed", "an integer", v)),
+    };
+    Ok((temperature, top_p, seed))
+}
+
+/// A `POST /v1/chat/completions` body.
+pub fn chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
+    let m = json_object(body)?;
+    let model = model(&m)?;
+    let messages = messages(m.get("messages"), "messages")?;
+    refuse_unsupported(&m)?;
+    let format = format(m.get("response_format"), "response_format", false)?;
+    let max_tokens = budget(&m, &["max_completion_tokens", "max_tokens"])?;
+    let (temperature, top_p, seed) = sampling(&m)?;
+    let stream = opt_bool(&m, "stream", "stream")?.unwrap_or(false);
+    let include_usage = match opt(&m, "stream_options") {
+        None => false,
+        Some(Value::Object(so)) => {
+            opt_bool(so, "include_usage", "stream_options.include_usage")?.unwrap_or(false)
+        }
+        Some(v) => return Err(wrong_type("stream_options", "an object", v)),
+    };
+    Ok(ChatRequest {
+        model,
+        messages,
+        format,
+        max_tokens,
+        temperature,
+        top_p,
+        seed,
+        stream,
+        include_usage,
+    })
+}
+
+/// A `POST /v1/responses` body, mapped onto a chat request: `instructions` becomes
+/// the system message, `input` (a string or a list of messages) the conversation,
+/// `text.format` the format, `max_output_tokens` the budget.
+pub fn responses(body: &[u8]) -> Result<ChatRequest, ApiError> {
+    let m = json_object(body)?;
+    let model = model(&m)?;
+    refuse_unsupported(&m)?;
+    if opt(&m, "previous_response_id").is_some() {
+        return Err(ApiError::unsupported(
+            "previous_response_id",
+            "'previous_response_id' is not supported: this server stores no responses; send the whole conversation in 'input'.",
+        ));
+    }
+    let mut msgs = Vec::new();
+    if let Some(i) = opt_str(&m, "instructions", "instructions")? {
+        msgs.push(ChatMessage::new("system", i));
+    }
+    match m.get("input") {
+        None => return Err(missing("input")),
+        Some(Value::String(s)) => msgs.push(ChatMessage::new("user", s.clone())),
+        Some(Value::Array(items)) => {
+            // Input items: messages (`type` absent or "message"); anything else
+            // (function calls, reasoning items) is refused.
+            let mut plain = Vec::new();
+            for (i, it) in items.iter().enumerate() {
+                let p = format!("input[{i}]");
+                let Value::Object(o) = it else {
+                    return Err(wrong_type(&p, "an object", it));
+                };
+                match o.get("type").and_then(Value::as_str) {
+                    None | Some("message") => plain.push(Value::Object(o.clone())),
+                    Some(other) => {
+                        return Err(ApiError::unsupported(
+                            &format!("{p}.type"),
+                            format!("'{p}.type': input items of type '{other}' are not supported by this server."),
+                        ))
+                    }
+                }
+            }
+            if !plain.is_empty() {
+                msgs.extend(messages(Some(&Value::Array(plain)), "input")?);
+            }
+        }
+        Some(v) => return Err(wrong_type("input", "a string or an array", v)),
+    }
+    if msgs.is_empty() {
+        return Err(ApiError::bad_param("input", "Invalid 'input': no message."));
+    }
+    let format = match opt(&m, "text") {
+        None => Format::Text,
+        Some(Value::Object(t)) => format(t.get("format"), "text.format", true)?,
+        Some(v) => return Err(wrong_type("text", "an object", v)),
+    };
+    let max_tokens = budget(&m, &["max_output_tokens"])?;
+    let (temperature, top_p, seed) = sampling(&m)?;
+    let stream = opt_bool(&m, "stream", "stream")?.unwrap_or(false);
+    if stream {
+        return Err(ApiError::unsupported(
+            "stream",
+            "'stream' is not supported on /v1/responses yet; use /v1/chat/completions to stream.",
+        ));
+    }
+    Ok(ChatRequest {
+        model,
+        messages: msgs,
+        format,
+        max_tokens,
+        temperature,
+        top_p,
+        seed,
+        stream,
+        include_usage: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flat_and_canonical_schema_forms_agree() {
+        let canonical = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],
+            "response_format":{"type":"json_schema","json_schema":{"name":"P","strict":true,"schema":{"type":"object"}}}}"#;
+        let flat = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],
+            "response_format":{"type":"json_schema","name":"P","schema":{"type":"object"}}}"#;
+        assert_eq!(chat(canonical).unwrap().format, chat(flat).unwrap().format);
+    }
+
+    #[test]
+    fn max_completion_tokens_wins_over_max_tokens() {
+        let b = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":9,"max_completion_tokens":5}"#;
+        assert_eq!(
+            chat(b).unwrap().max_tokens,
+            Some((5, "max_completion_tokens"))
+        );
+    }
+
+    #[test]
+    fn wrong_types_name_their_parameter() {
+        let b = br#"{"model":"m","messages":[{"role":"user","content":7}]}"#;
+        let e = chat(b).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[0].content"));
+        assert_eq!(e.status, 400);
+    }
+}

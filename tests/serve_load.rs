@@ -1,0 +1,114 @@
+//! A bounded load test on loopback, for correctness, not speed: 16 concurrent clients
+//! x 4 requests over three schemas against `formwork serve --parallel 2` with
+//! smollm2-135m (the tests' `FORMWORK_MODEL`, for speed). Every answer must be a 200 whose content is valid
+//! under the schema it asked for (checked by formwork's validator, not the server's
+//! verdict), with a distinct id and the usage adding up: nothing lost or garbled.
+
+mod common;
+#[path = "common/server.rs"]
+mod server;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use formwork::validate::{Validator, Verdict};
+use serde_json::{json, Value};
+use server::{Server, TEST_MODEL};
+
+fn schemas() -> Vec<(&'static str, Value, &'static str)> {
+    vec![
+        (
+            "Person",
+            json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 16}, "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+                   "required": ["name", "age"], "additionalProperties": false}),
+            "Grace Hopper was 85.",
+        ),
+        (
+            "Order",
+            json!({"type": "object", "properties": {"sku": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{3}$"}, "qty": {"type": "integer", "minimum": 1, "maximum": 99},
+                   "express": {"type": "boolean"}}, "required": ["sku", "qty", "express"], "additionalProperties": false}),
+            "Send 3 of ABC-123 by express.",
+        ),
+        (
+            "Mood",
+            json!({"type": "object", "properties": {"mood": {"enum": ["happy", "sad", "neutral"]}, "tags": {"type": "array", "items": {"type": "string", "maxLength": 8}, "maxItems": 2}},
+                   "required": ["mood", "tags"], "additionalProperties": false}),
+            "What a lovely sunny day!",
+        ),
+    ]
+}
+
+#[test]
+fn sixteen_clients_four_requests_three_schemas_all_valid() {
+    if common::home_with_smollm2().is_none() {
+        return;
+    }
+    let s = Arc::new(Server::start(
+        "load",
+        &["--parallel", "2", "--max-queue", "16"],
+        &[],
+    ));
+    let schemas = Arc::new(schemas());
+    let handles: Vec<_> = (0..16)
+        .map(|client| {
+            let s = s.clone();
+            let schemas = schemas.clone();
+            std::thread::spawn(move || {
+                let mut out = Vec::new();
+                for k in 0..4 {
+                    let which = (client + k) % 3;
+                    let (name, schema, text) = &schemas[which];
+                    let body = json!({"model": TEST_MODEL, "max_completion_tokens": 40,
+                        "messages": [{"role": "user", "content": format!("{text} (client {client}, request {k})")}],
+                        "response_format": {"type": "json_schema", "json_schema": {"name": name, "strict": true, "schema": schema}}});
+                    let r = s.post("/v1/chat/completions", &body);
+                    out.push((which, r.status, r.text()));
+                }
+                out
+            })
+        })
+        .collect();
+    let validators: Vec<Validator> = schemas
+        .iter()
+        .map(|(_, sc, _)| Validator::new(sc).unwrap())
+        .collect();
+    let mut ids = HashSet::new();
+    let mut n = 0;
+    for h in handles {
+        for (which, status, text) in h.join().unwrap() {
+            n += 1;
+            assert_eq!(status, 200, "{text}");
+            let v: Value =
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("garbled ({e}): {text}"));
+            assert!(
+                ids.insert(v["id"].as_str().unwrap().to_string()),
+                "duplicate id {}",
+                v["id"]
+            );
+            let content = v["choices"][0]["message"]["content"].as_str().unwrap();
+            match validators[which].check(content) {
+                Verdict::Valid(_) => {}
+                other => panic!("schema {which}: invalid answer {content:?}: {other:?}"),
+            }
+            assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+            assert_eq!(v["formwork"]["verdict"], "valid");
+            let u = &v["usage"];
+            assert_eq!(
+                u["total_tokens"].as_u64(),
+                Some(
+                    u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap()
+                )
+            );
+        }
+    }
+    assert_eq!(n, 64, "requests lost");
+    assert_eq!(ids.len(), 64);
+    // The server is idle again and still answers.
+    let h = s.get("/health").json();
+    assert_eq!(
+        (h["running"].as_u64(), h["waiting"].as_u64()),
+        (Some(0), Some(0)),
+        "{h}"
+    );
+    s.assert_serving();
+}
