@@ -39,11 +39,16 @@ use formwork_models::registry::{self, FetchEvent};
 use formwork_models::runtime::{DeviceChoice, LoadedModel};
 
 /// Load `spec`. A registry model that is not in the cache yet is fetched first
-/// (with progress on stderr); everything else must already be on disk.
+/// (with progress on stderr); everything else must already be on disk. For
+/// `--device auto`, one line on stderr says which device it took.
 pub fn load_model(spec: &str, device: DeviceChoice) -> anyhow::Result<LoadedModel> {
     formwork_models::runtime::configure_threads(None);
     ensure_fetched(spec)?;
-    Ok(formwork_models::runtime::load(spec, device)?)
+    let loaded = formwork_models::runtime::load(spec, device)?;
+    if let Some(note) = &loaded.device_note {
+        eprintln!("{note}");
+    }
+    Ok(loaded)
 }
 
 /// Fetch a registry model that is not in the cache yet (with progress on stderr).

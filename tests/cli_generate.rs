@@ -191,3 +191,131 @@ fn bad_model_file_is_one_line_exit_2() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// `--device auto` says which device it took, on one line; in a build without CUDA (or Metal)
+/// that is the CPU, and why.
+#[cfg(not(any(feature = "cuda", feature = "metal")))]
+#[test]
+fn device_auto_says_it_took_the_cpu() {
+    let Some(home) = home_with("smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf") else {
+        return;
+    };
+    let out = formwork()
+        .args(["generate", "--prompt", "hi", "--max-tokens", "2"])
+        .env("FORMWORK_HOME", &home)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        "device: cpu (--device auto: this build has no CUDA)",
+        "{stderr}"
+    );
+    // An explicit choice prints nothing about it.
+    let out = formwork()
+        .args([
+            "generate",
+            "--prompt",
+            "hi",
+            "--max-tokens",
+            "2",
+            "--device",
+            "cpu",
+        ])
+        .env("FORMWORK_HOME", &home)
+        .output()
+        .unwrap();
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `--device cuda` on a build without the feature: one line, exit code 2, and the fix.
+#[cfg(not(feature = "cuda"))]
+#[test]
+fn device_cuda_without_the_feature_is_one_line() {
+    let Some(home) = home_with("smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf") else {
+        return;
+    };
+    let out = formwork()
+        .args(["generate", "--prompt", "hi", "--device", "cuda"])
+        .env("FORMWORK_HOME", &home)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("--device cuda: this build has no CUDA support")
+            && stderr.contains("--features cuda")
+            && stderr.contains("--device cpu"),
+        "{stderr}"
+    );
+}
+
+/// `--dump-logits`: one row of `vocab` floats per sampled token, the row the greedy token
+/// was picked from, and the ids in the .json (what scripts/gpu-check compares across
+/// devices). `--verbose` reports the copy of the logits to the host.
+#[test]
+fn dump_logits_writes_one_row_per_step() {
+    let Some(home) = home_with("smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf") else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("formwork-dump-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prefix = dir.join("run");
+    let out = formwork()
+        .args([
+            "generate",
+            "--prompt",
+            "Count to five.",
+            "--max-tokens",
+            "6",
+            "--ignore-eos",
+            "--device",
+            "cpu",
+            "--verbose",
+            "--dump-logits",
+        ])
+        .arg(&prefix)
+        .env("FORMWORK_HOME", &home)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("logits to host: 6 copies of 192 KB"),
+        "{stderr}"
+    );
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("run.json")).unwrap()).unwrap();
+    let vocab = meta["vocab"].as_u64().unwrap() as usize;
+    assert_eq!(vocab, 49152);
+    let tokens: Vec<u32> = meta["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(tokens.len(), 6);
+    assert_eq!(meta["steps"], 6);
+    let bytes = std::fs::read(dir.join("run.f32")).unwrap();
+    assert_eq!(bytes.len(), 6 * vocab * 4);
+    for (step, &token) in tokens.iter().enumerate() {
+        let row: Vec<f32> = bytes[step * vocab * 4..(step + 1) * vocab * 4]
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let best = (0..vocab)
+            .max_by(|&a, &b| row[a].total_cmp(&row[b]))
+            .unwrap();
+        assert_eq!(
+            best as u32, token,
+            "step {step}: greedy picks the row's argmax"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

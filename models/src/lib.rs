@@ -13,6 +13,7 @@ pub mod quant;
 pub mod qwen2;
 pub mod registry;
 pub mod runtime;
+pub mod synth;
 pub mod tokenizer;
 
 pub use error::{ModelError, Result};

@@ -12,7 +12,7 @@
 //! scalar, about 4x slower than Q8_0. Those tensors are dequantised and quantised again to
 //! Q8_0 in memory while loading (Q8_0 keeps 8 bits per weight where they had 4-5, so this is
 //! near-lossless). SmolLM2 Q4_1 then decodes about 4x faster. [`LoadOptions::requantize`]
-//! turns it off.
+//! turns it off. Only on the CPU: candle's CUDA and Metal kernels take those types as stored.
 //!
 //! ## Llama on the CPU
 //! A `llama` model on the CPU runs through formwork's own model file ([`crate::llama`]),
@@ -20,7 +20,15 @@
 //! kernels and keeps a KV cache that grows in place; Q4_1 is then not requantised.
 //! [`LoadOptions::llama`] chooses: [`LlamaBackend::Auto`] takes it on a CPU that has the
 //! SIMD kernels (x86-64 with AVX2, FMA and F16C) and candle's `quantized_llama` elsewhere
-//! (GPUs, ARM, old x86), where the requantisation above still applies.
+//! (GPUs, ARM, old x86), where the requantisation above still applies on the CPU.
+//!
+//! ## On a GPU
+//! `--device cuda` runs every architecture on the GPU: llama through candle's
+//! `quantized_llama`, Gemma 3 and Qwen2 through their own files, which use only candle
+//! tensor ops and `QMatMul` and so run on any device. A forward pass returns the last
+//! position's logits as a `Vec<f32>` on the host, where the token mask is applied: one copy
+//! of `vocab` floats per pass (0.2 MB for SmolLM2, 1 MB for Gemma 3), timed apart from the
+//! compute in [`ForwardTimings`] (`formwork generate --verbose` prints both).
 //!
 //! ## Threads
 //! candle's CPU pool takes `CANDLE_NUM_THREADS` (else `RAYON_NUM_THREADS`, else the number
@@ -33,6 +41,9 @@ use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
@@ -68,33 +79,75 @@ impl FromStr for DeviceChoice {
     }
 }
 
+/// The device a [`DeviceChoice`] resolved to, and for `auto` the line that says which
+/// device it took and why (the command line prints it on stderr).
+#[derive(Debug, Clone)]
+pub struct PickedDevice {
+    pub device: Device,
+    pub note: Option<String>,
+}
+
 impl DeviceChoice {
     /// The candle device, or a one-line error saying which build feature is missing.
     pub fn device(self) -> Result<Device> {
+        Ok(self.pick()?.device)
+    }
+
+    /// [`DeviceChoice::device`], with the note of an `auto` choice.
+    ///
+    /// `auto` takes CUDA GPU 0 when this build has CUDA and the GPU answers (the driver
+    /// loads, a device is there, candle's kernels load), then Metal likewise, else the CPU.
+    pub fn pick(self) -> Result<PickedDevice> {
+        let plain = |device| PickedDevice { device, note: None };
         match self {
-            Self::Cpu => Ok(Device::Cpu),
+            Self::Cpu => Ok(plain(Device::Cpu)),
             Self::Auto => {
+                let mut why = Vec::new();
                 if candle_core::utils::cuda_is_available() {
-                    if let Ok(d) = Device::new_cuda(0) {
-                        return Ok(d);
+                    match Device::new_cuda(0) {
+                        Ok(d) => {
+                            return Ok(PickedDevice {
+                                device: d,
+                                note: Some("device: cuda, GPU 0 (--device auto)".into()),
+                            })
+                        }
+                        Err(e) => why.push(format!(
+                            "this build has CUDA but GPU 0 did not answer: {}",
+                            one_line(&e)
+                        )),
                     }
+                } else {
+                    why.push("this build has no CUDA".to_string());
                 }
                 if candle_core::utils::metal_is_available() {
-                    if let Ok(d) = Device::new_metal(0) {
-                        return Ok(d);
+                    match Device::new_metal(0) {
+                        Ok(d) => {
+                            return Ok(PickedDevice {
+                                device: d,
+                                note: Some("device: metal, GPU 0 (--device auto)".into()),
+                            })
+                        }
+                        Err(e) => why.push(format!(
+                            "this build has Metal but GPU 0 did not answer: {}",
+                            one_line(&e)
+                        )),
                     }
                 }
-                Ok(Device::Cpu)
+                Ok(PickedDevice {
+                    device: Device::Cpu,
+                    note: Some(format!("device: cpu (--device auto: {})", why.join("; "))),
+                })
             }
             Self::Cuda => {
                 if !candle_core::utils::cuda_is_available() {
                     return Err(ModelError::Device(
-                        "--device cuda: this build has no CUDA support; rebuild with `--features cuda`, or use --device cpu".into(),
+                        "--device cuda: this build has no CUDA support; rebuild with `--features cuda` (README \"GPU\"), or use --device cpu".into(),
                     ));
                 }
-                Device::new_cuda(0).map_err(|e| {
+                Device::new_cuda(0).map(plain).map_err(|e| {
                     ModelError::Device(format!(
-                        "--device cuda: no usable GPU 0 ({e}); use --device cpu"
+                        "--device cuda: no usable GPU 0 ({}); use --device cpu",
+                        one_line(&e)
                     ))
                 })
             }
@@ -104,9 +157,10 @@ impl DeviceChoice {
                         "--device metal: this build has no Metal support; rebuild with `--features metal`, or use --device cpu".into(),
                     ));
                 }
-                Device::new_metal(0).map_err(|e| {
+                Device::new_metal(0).map(plain).map_err(|e| {
                     ModelError::Device(format!(
-                        "--device metal: no usable GPU 0 ({e}); use --device cpu"
+                        "--device metal: no usable GPU 0 ({}); use --device cpu",
+                        one_line(&e)
                     ))
                 })
             }
@@ -137,6 +191,63 @@ pub trait LanguageModel: Send {
     fn clear_kv_cache(&mut self);
     /// A cheap copy of the model including its current KV cache (weights shared); used to reuse a prompt prefix across records.
     fn snapshot(&self) -> Box<dyn LanguageModel>;
+    /// What the forward passes have cost so far, this model's and its snapshots' together.
+    fn timings(&self) -> ForwardTimings {
+        ForwardTimings::default()
+    }
+}
+
+/// The cost of forward passes, split where the logits leave the device: `compute` runs
+/// until the device has finished the pass (a GPU works asynchronously, so the model waits
+/// for it), `to_host` is the copy of the last position's logits into a `Vec<f32>`, which
+/// the decoding loop masks on the host. On the CPU `to_host` is a copy in memory.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ForwardTimings {
+    pub forwards: u64,
+    pub compute: Duration,
+    pub to_host: Duration,
+    pub to_host_bytes: u64,
+}
+
+impl ForwardTimings {
+    /// Microseconds per copy of the logits to the host (0 before the first forward).
+    pub fn to_host_us_mean(&self) -> f64 {
+        if self.forwards == 0 {
+            0.0
+        } else {
+            self.to_host.as_secs_f64() * 1e6 / self.forwards as f64
+        }
+    }
+}
+
+/// [`ForwardTimings`] counted by a model and every snapshot of it.
+#[derive(Debug, Default)]
+struct TimingCounters {
+    forwards: AtomicU64,
+    compute_ns: AtomicU64,
+    to_host_ns: AtomicU64,
+    to_host_bytes: AtomicU64,
+}
+
+impl TimingCounters {
+    fn add(&self, compute: Duration, to_host: Duration, bytes: usize) {
+        self.forwards.fetch_add(1, Ordering::Relaxed);
+        self.compute_ns
+            .fetch_add(compute.as_nanos() as u64, Ordering::Relaxed);
+        self.to_host_ns
+            .fetch_add(to_host.as_nanos() as u64, Ordering::Relaxed);
+        self.to_host_bytes
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    fn get(&self) -> ForwardTimings {
+        ForwardTimings {
+            forwards: self.forwards.load(Ordering::Relaxed),
+            compute: Duration::from_nanos(self.compute_ns.load(Ordering::Relaxed)),
+            to_host: Duration::from_nanos(self.to_host_ns.load(Ordering::Relaxed)),
+            to_host_bytes: self.to_host_bytes.load(Ordering::Relaxed),
+        }
+    }
 }
 
 /// A model ready to run, with the tokenizer from the same file.
@@ -149,6 +260,8 @@ pub struct LoadedModel {
     pub name: String,
     pub path: PathBuf,
     pub device: candle_core::Device,
+    /// For `--device auto`: which device it took and why, one line (see [`DeviceChoice::pick`]).
+    pub device_note: Option<String>,
     /// The most positions one sequence may use (prompt and output together).
     pub context_length: usize,
 }
@@ -251,7 +364,8 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
     }
     // The tokenizer comes before the weights: it is cheap and names the missing key.
     let tokenizer = GgufTokenizer::from_gguf(&gguf.content).map_err(|e| file_err(one_line(&e)))?;
-    let device = options.device.device()?;
+    let picked = options.device.pick()?;
+    let device = picked.device;
     let own_llama = arch == "llama"
         && match options.llama {
             LlamaBackend::Candle => false,
@@ -265,7 +379,8 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
                 true
             }
         };
-    if options.requantize {
+    // Only the CPU lacks the kernels; candle's CUDA and Metal kernels run Q4_1 / Q5_x as stored.
+    if options.requantize && device.is_cpu() {
         // formwork's llama model has its own Q4_1 kernel; the others still go to Q8_0.
         let keep: &[GgmlDType] = if own_llama { &[GgmlDType::Q4_1] } else { &[] };
         gguf.requantize_slow_tensors(keep)?;
@@ -332,6 +447,7 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
         name: name.to_string(),
         path: path.to_path_buf(),
         device,
+        device_note: picked.note,
         context_length,
     })
 }
@@ -387,6 +503,8 @@ struct CandleModel<W: Weights> {
     device: Device,
     /// Positions in the KV cache.
     cached: usize,
+    /// Shared with every snapshot.
+    timing: Arc<TimingCounters>,
 }
 
 impl<W: Weights> CandleModel<W> {
@@ -397,6 +515,7 @@ impl<W: Weights> CandleModel<W> {
             context_length,
             device,
             cached: 0,
+            timing: Arc::default(),
         }
     }
 }
@@ -434,6 +553,7 @@ impl<W: Weights> LanguageModel for CandleModel<W> {
             self.weights.clear_kv_cache();
             self.cached = 0;
         }
+        let started = Instant::now();
         let input = Tensor::new(tokens, &self.device)?.unsqueeze(0)?;
         let logits = match self.weights.forward(&input, pos) {
             Ok(l) => l,
@@ -444,10 +564,18 @@ impl<W: Weights> LanguageModel for CandleModel<W> {
             }
         };
         self.cached = end;
+        // Wait for the device, so that the copy below is timed alone (a no-op on the CPU).
+        self.device.synchronize()?;
+        let computed = Instant::now();
         let logits = logits
             .flatten_all()?
             .to_dtype(DType::F32)?
             .to_vec1::<f32>()?;
+        self.timing.add(
+            computed - started,
+            computed.elapsed(),
+            logits.len() * std::mem::size_of::<f32>(),
+        );
         Ok(logits)
     }
 
@@ -462,6 +590,10 @@ impl<W: Weights> LanguageModel for CandleModel<W> {
 
     fn snapshot(&self) -> Box<dyn LanguageModel> {
         Box::new(self.clone())
+    }
+
+    fn timings(&self) -> ForwardTimings {
+        self.timing.get()
     }
 }
 

