@@ -22,6 +22,8 @@
 
 use std::sync::OnceLock;
 
+pub mod kquant;
+
 /// Weights per block.
 pub const QK: usize = 32;
 
@@ -70,20 +72,41 @@ impl Isa {
     }
 }
 
-/// A block format this module computes with.
+/// A block format this module computes with, spelled as GGUF spells it.
+#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     Q4_1,
+    Q5_0,
     Q8_0,
+    /// 256-weight super-blocks ([`kquant`]).
+    Q4_K,
+    Q6_K,
 }
 
 impl Format {
-    /// Bytes per block of 32 weights.
+    /// Bytes per block of [`Self::block_elems`] weights.
     pub fn block_bytes(self) -> usize {
         match self {
             Format::Q4_1 => 20,
+            Format::Q5_0 => 22,
             Format::Q8_0 => 34,
+            Format::Q4_K => 144,
+            Format::Q6_K => 210,
         }
+    }
+
+    /// Weights per block: 32, or 256 for the k-quants.
+    pub fn block_elems(self) -> usize {
+        match self {
+            Format::Q4_K | Format::Q6_K => kquant::QK_K,
+            _ => QK,
+        }
+    }
+
+    /// Bytes of a row of `cols` weights (`cols` a multiple of [`Self::block_elems`]).
+    pub fn row_bytes(self, cols: usize) -> usize {
+        cols / self.block_elems() * self.block_bytes()
     }
 }
 
@@ -97,14 +120,16 @@ pub struct QMatrix {
 }
 
 impl QMatrix {
-    /// `data` holds `rows * cols / 32` blocks; `cols` must be a multiple of 32.
+    /// `data` holds `rows * cols / format.block_elems()` blocks; `cols` must be a multiple
+    /// of the block size (32, or 256 for the k-quants).
     pub fn new(format: Format, rows: usize, cols: usize, data: Vec<u8>) -> Result<Self, String> {
-        if cols == 0 || !cols.is_multiple_of(QK) {
+        let be = format.block_elems();
+        if cols == 0 || !cols.is_multiple_of(be) {
             return Err(format!(
-                "a {format:?} matrix needs a multiple of {QK} columns, got {cols}"
+                "a {format:?} matrix needs a multiple of {be} columns, got {cols}"
             ));
         }
-        let want = rows * (cols / QK) * format.block_bytes();
+        let want = rows * format.row_bytes(cols);
         if data.len() != want {
             return Err(format!(
                 "a {rows} x {cols} {format:?} matrix has {want} bytes, got {}",
@@ -132,7 +157,7 @@ impl QMatrix {
     }
 
     fn row_bytes(&self) -> usize {
-        self.cols / QK * self.format.block_bytes()
+        self.format.row_bytes(self.cols)
     }
 
     fn row(&self, r: usize) -> &[u8] {
@@ -143,10 +168,20 @@ impl QMatrix {
     /// Row `r` as f32 (an embedding lookup).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         assert_eq!(out.len(), self.cols);
-        let bb = self.format.block_bytes();
-        for (block, out) in self.row(r).chunks_exact(bb).zip(out.chunks_exact_mut(QK)) {
+        let (bb, be) = (self.format.block_bytes(), self.format.block_elems());
+        for (block, out) in self.row(r).chunks_exact(bb).zip(out.chunks_exact_mut(be)) {
             let d = f16_at(block, 0);
             match self.format {
+                Format::Q5_0 => {
+                    let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+                    for (i, &b) in block[6..].iter().enumerate() {
+                        let (lo, hi) = q5_0_pair(b, qh, i);
+                        out[i] = d * (lo - 16) as f32;
+                        out[i + 16] = d * (hi - 16) as f32;
+                    }
+                }
+                Format::Q4_K => kquant::dequantize_q4_k(block, out),
+                Format::Q6_K => kquant::dequantize_q6_k(block, out),
                 Format::Q4_1 => {
                     let m = f16_at(block, 2);
                     for (i, &b) in block[4..].iter().enumerate() {
@@ -198,6 +233,14 @@ impl QMatrix {
             }
         }
     }
+}
+
+/// Q5_0: the weights `i` and `i + 16` (0..32, before the offset of 16) from nibble byte
+/// `i` and the 32 high bits `qh` (bit `j` is the fifth bit of weight `j`).
+fn q5_0_pair(b: u8, qh: u32, i: usize) -> (i32, i32) {
+    let lo = (b & 0x0f) as u32 | ((qh >> i) << 4 & 0x10);
+    let hi = (b >> 4) as u32 | ((qh >> (i + 12)) & 0x10);
+    (lo as i32, hi as i32)
 }
 
 fn f16_at(b: &[u8], at: usize) -> f32 {
@@ -262,68 +305,77 @@ impl Q8Acts {
     }
 }
 
+/// Checks that `w` (one row) and `a` (one token) have the same width.
+fn check_row(f: Format, w: &[u8], a: Q8Row<'_>) {
+    assert_eq!(a.qs.len(), a.ds.len() * QK);
+    assert_eq!(w.len(), f.row_bytes(a.qs.len()), "{f:?} row width");
+}
+
+// SAFETY (all SIMD arms below): `available()` yields `Avx2` only where the CPU has AVX2,
+// FMA and F16C, and `Avx512Vnni` only where it also has AVX-512 VNNI and VL; the
+// lengths were checked by `check_row`.
+macro_rules! dispatch {
+    ($isa:expr, $f:expr, $args:tt, $fallback:expr,
+     $($fmt:ident => $avx2:path, $vnni:path;)*) => {
+        match ($isa, $f) {
+            $(
+                #[cfg(target_arch = "x86_64")]
+                (Isa::Avx2, Format::$fmt) => unsafe { $avx2 $args },
+                #[cfg(target_arch = "x86_64")]
+                (Isa::Avx512Vnni, Format::$fmt) => unsafe { $vnni $args },
+            )*
+            _ => $fallback,
+        }
+    };
+}
+
 /// One weight row (`w`, GGUF blocks of `f`) times one token's activations.
 pub fn dot(isa: Isa, f: Format, w: &[u8], a: Q8Row<'_>) -> f32 {
-    assert_eq!(w.len(), a.ds.len() * f.block_bytes());
-    assert_eq!(a.qs.len(), a.ds.len() * QK);
-    match (isa, f) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY (all SIMD arms): `available()` yields `Avx2` only where the CPU has AVX2,
-        // FMA and F16C, and `Avx512Vnni` only where it also has AVX-512 VNNI and VL; the
-        // lengths were checked above.
-        (Isa::Avx2, Format::Q4_1) => unsafe { x86::dot_q4_1_avx2(w, a) },
-        #[cfg(target_arch = "x86_64")]
-        (Isa::Avx512Vnni, Format::Q4_1) => unsafe { x86::dot_q4_1_vnni(w, a) },
-        #[cfg(target_arch = "x86_64")]
-        (Isa::Avx2, Format::Q8_0) => unsafe { x86::dot_q8_0_avx2(w, a) },
-        #[cfg(target_arch = "x86_64")]
-        (Isa::Avx512Vnni, Format::Q8_0) => unsafe { x86::dot_q8_0_vnni(w, a) },
-        _ => dot_scalar(f, w, a),
-    }
+    check_row(f, w, a);
+    dispatch!(isa, f, (w, a), dot_scalar(f, w, a),
+        Q4_1 => x86::dot_q4_1_avx2, x86::dot_q4_1_vnni;
+        Q5_0 => x86::dot_q5_0_avx2, x86::dot_q5_0_vnni;
+        Q8_0 => x86::dot_q8_0_avx2, x86::dot_q8_0_vnni;
+        Q4_K => kquant::x86::dot_q4_k_avx2, kquant::x86::dot_q4_k_vnni;
+        Q6_K => kquant::x86::dot_q6_k_avx2, kquant::x86::dot_q6_k_vnni;
+    )
 }
 
 /// Four weight rows times one token's activations.
 pub fn dot_4rows(isa: Isa, f: Format, w: [&[u8]; 4], a: Q8Row<'_>) -> [f32; 4] {
     for r in &w {
-        assert_eq!(r.len(), a.ds.len() * f.block_bytes());
+        check_row(f, r, a);
     }
-    assert_eq!(a.qs.len(), a.ds.len() * QK);
-    match (isa, f) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as in `dot`.
-        (Isa::Avx2, Format::Q4_1) => unsafe { x86::dot_4rows_q4_1_avx2(w, a) },
-        #[cfg(target_arch = "x86_64")]
-        (Isa::Avx512Vnni, Format::Q4_1) => unsafe { x86::dot_4rows_q4_1_vnni(w, a) },
-        #[cfg(target_arch = "x86_64")]
-        (Isa::Avx2, Format::Q8_0) => unsafe { x86::dot_4rows_q8_0_avx2(w, a) },
-        #[cfg(target_arch = "x86_64")]
-        (Isa::Avx512Vnni, Format::Q8_0) => unsafe { x86::dot_4rows_q8_0_vnni(w, a) },
-        _ => w.map(|w| dot_scalar(f, w, a)),
-    }
+    dispatch!(isa, f, (w, a), w.map(|w| dot_scalar(f, w, a)),
+        Q4_1 => x86::dot_4rows_q4_1_avx2, x86::dot_4rows_q4_1_vnni;
+        Q5_0 => x86::dot_4rows_q5_0_avx2, x86::dot_4rows_q5_0_vnni;
+        Q8_0 => x86::dot_4rows_q8_0_avx2, x86::dot_4rows_q8_0_vnni;
+        Q4_K => kquant::x86::dot_4rows_q4_k_avx2, kquant::x86::dot_4rows_q4_k_vnni;
+        Q6_K => kquant::x86::dot_4rows_q6_k_avx2, kquant::x86::dot_4rows_q6_k_vnni;
+    )
 }
 
 /// One weight row times four tokens' activations.
 pub fn dot_4tokens(isa: Isa, f: Format, w: &[u8], a: [Q8Row<'_>; 4]) -> [f32; 4] {
     for t in &a {
-        assert_eq!(w.len(), t.ds.len() * f.block_bytes());
-        assert_eq!(t.qs.len(), t.ds.len() * QK);
+        check_row(f, w, *t);
     }
-    match (isa, f) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: as in `dot`.
-        (Isa::Avx2, Format::Q4_1) => unsafe { x86::dot_4tokens_q4_1_avx2(w, a) },
-        #[cfg(target_arch = "x86_64")]
-        (Isa::Avx512Vnni, Format::Q4_1) => unsafe { x86::dot_4tokens_q4_1_vnni(w, a) },
-        #[cfg(target_arch = "x86_64")]
-        (Isa::Avx2, Format::Q8_0) => unsafe { x86::dot_4tokens_q8_0_avx2(w, a) },
-        #[cfg(target_arch = "x86_64")]
-        (Isa::Avx512Vnni, Format::Q8_0) => unsafe { x86::dot_4tokens_q8_0_vnni(w, a) },
-        _ => a.map(|a| dot_scalar(f, w, a)),
-    }
+    dispatch!(isa, f, (w, a), a.map(|a| dot_scalar(f, w, a)),
+        Q4_1 => x86::dot_4tokens_q4_1_avx2, x86::dot_4tokens_q4_1_vnni;
+        Q5_0 => x86::dot_4tokens_q5_0_avx2, x86::dot_4tokens_q5_0_vnni;
+        Q8_0 => x86::dot_4tokens_q8_0_avx2, x86::dot_4tokens_q8_0_vnni;
+        Q4_K => kquant::x86::dot_4tokens_q4_k_avx2, kquant::x86::dot_4tokens_q4_k_vnni;
+        Q6_K => kquant::x86::dot_4tokens_q6_k_avx2, kquant::x86::dot_4tokens_q6_k_vnni;
+    )
 }
 
-/// The reference: integer sums per block, then the two scale terms.
+/// The reference: integer sums per block of 32, then the scale terms.
 pub fn dot_scalar(f: Format, w: &[u8], a: Q8Row<'_>) -> f32 {
+    match f {
+        Format::Q4_K => return kquant::dot_q4_k_scalar(w, a),
+        Format::Q6_K => return kquant::dot_q6_k_scalar(w, a),
+        _ => {}
+    }
     let mut acc = 0f32;
     for ((block, qa), ds) in w
         .chunks_exact(f.block_bytes())
@@ -340,6 +392,15 @@ pub fn dot_scalar(f: Format, w: &[u8], a: Q8Row<'_>) -> f32 {
                 }
                 acc += d * ds[0] * isum as f32 + m * ds[1];
             }
+            Format::Q5_0 => {
+                let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+                let mut isum = 0i32;
+                for (i, &b) in block[6..].iter().enumerate() {
+                    let (lo, hi) = q5_0_pair(b, qh, i);
+                    isum += (lo - 16) * qa[i] as i32 + (hi - 16) * qa[i + 16] as i32;
+                }
+                acc += d * ds[0] * isum as f32;
+            }
             Format::Q8_0 => {
                 let isum: i32 = block[2..]
                     .iter()
@@ -348,6 +409,7 @@ pub fn dot_scalar(f: Format, w: &[u8], a: Q8Row<'_>) -> f32 {
                     .sum();
                 acc += d * ds[0] * isum as f32;
             }
+            Format::Q4_K | Format::Q6_K => unreachable!("handled above"),
         }
     }
     acc
@@ -417,14 +479,51 @@ mod x86 {
     use super::{Q8Row, QK};
     use std::arch::x86_64::*;
 
-    /// Q4_1: the 32 weights of a block as unsigned bytes 0..16, in element order.
+    /// 16 bytes of nibbles at `p` as 32 unsigned bytes 0..16: low nibbles first.
     #[inline(always)]
-    unsafe fn q4_1_weights(p: *const u8) -> __m256i {
-        let q = _mm_loadu_si128(p.add(4) as *const __m128i);
+    unsafe fn nibbles(p: *const u8) -> __m256i {
+        let q = _mm_loadu_si128(p as *const __m128i);
         let mask = _mm_set1_epi8(0x0f);
         let lo = _mm_and_si128(q, mask);
         let hi = _mm_and_si128(_mm_srli_epi16(q, 4), mask);
         _mm256_set_m128i(hi, lo)
+    }
+
+    /// Q4_1: the 32 weights of a block as unsigned bytes 0..16, in element order.
+    #[inline(always)]
+    unsafe fn q4_1_weights(p: *const u8) -> __m256i {
+        nibbles(p.add(4))
+    }
+
+    /// Q5_0: the 32 weights of a block as unsigned bytes 0..32 (before the offset of 16):
+    /// the nibbles, and bit `i` of `qh` as 16 in byte `i` (llama.cpp's `bytes_from_bits_32`).
+    #[inline(always)]
+    unsafe fn q5_0_weights(p: *const u8) -> __m256i {
+        let qh = (p.add(2) as *const i32).read_unaligned();
+        let spread = _mm256_shuffle_epi8(
+            _mm256_set1_epi32(qh),
+            _mm256_set_epi64x(
+                0x0303030303030303,
+                0x0202020202020202,
+                0x0101010101010101,
+                0,
+            ),
+        );
+        let bits = _mm256_cmpeq_epi8(
+            _mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)),
+            _mm256_set1_epi64x(-1),
+        );
+        _mm256_or_si256(
+            nibbles(p.add(6)),
+            _mm256_and_si256(bits, _mm256_set1_epi8(0x10)),
+        )
+    }
+
+    /// Q5_0: `[d, -16 d, 0, 0]`: `sum((q - 16) a) = sum(q a) - 16 sum(a)`.
+    #[inline(always)]
+    unsafe fn q5_0_dm(p: *const u8) -> __m128 {
+        let d = _mm_cvtss_f32(q8_0_dm(p));
+        _mm_setr_ps(d, -16.0 * d, 0.0, 0.0)
     }
 
     /// Q4_1: `[d, m, 0, 0]`.
@@ -448,12 +547,12 @@ mod x86 {
 
     /// `[d8, s8, 0, 0]` of an activation block.
     #[inline(always)]
-    unsafe fn act_ds(ds: *const [f32; 2]) -> __m128 {
+    pub(super) unsafe fn act_ds(ds: *const [f32; 2]) -> __m128 {
         _mm_castpd_ps(_mm_load_sd(ds as *const f64))
     }
 
     #[inline(always)]
-    unsafe fn hsum(v: __m256) -> f32 {
+    pub(super) unsafe fn hsum(v: __m256) -> f32 {
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
         let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
@@ -462,26 +561,26 @@ mod x86 {
 
     /// The dot from its accumulators: lane 1 of `macc` holds the sum of the `m * s8` terms.
     #[inline(always)]
-    unsafe fn finish(acc: __m256, macc: __m128) -> f32 {
+    pub(super) unsafe fn finish(acc: __m256, macc: __m128) -> f32 {
         hsum(acc) + _mm_cvtss_f32(_mm_shuffle_ps(macc, macc, 1))
     }
 
     // Integer sums of one block. Unsigned weights (Q4_1) go straight in; signed ones
     // (Q8_0) move their sign onto the activations, as llama.cpp does.
     #[inline(always)]
-    unsafe fn isum_u_avx2(w: __m256i, a: __m256i) -> __m256i {
+    pub(super) unsafe fn isum_u_avx2(w: __m256i, a: __m256i) -> __m256i {
         _mm256_madd_epi16(_mm256_maddubs_epi16(w, a), _mm256_set1_epi16(1))
     }
     #[inline(always)]
-    unsafe fn isum_s_avx2(w: __m256i, a: __m256i) -> __m256i {
+    pub(super) unsafe fn isum_s_avx2(w: __m256i, a: __m256i) -> __m256i {
         isum_u_avx2(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w))
     }
     #[inline(always)]
-    unsafe fn isum_u_vnni(w: __m256i, a: __m256i) -> __m256i {
+    pub(super) unsafe fn isum_u_vnni(w: __m256i, a: __m256i) -> __m256i {
         _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, a)
     }
     #[inline(always)]
-    unsafe fn isum_s_vnni(w: __m256i, a: __m256i) -> __m256i {
+    pub(super) unsafe fn isum_s_vnni(w: __m256i, a: __m256i) -> __m256i {
         isum_u_vnni(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w))
     }
 
@@ -562,6 +661,26 @@ mod x86 {
     );
     kernels!(
         "avx2,fma,f16c",
+        22,
+        q5_0_weights,
+        q5_0_dm,
+        isum_u_avx2,
+        dot_q5_0_avx2,
+        dot_4rows_q5_0_avx2,
+        dot_4tokens_q5_0_avx2
+    );
+    kernels!(
+        "avx2,fma,f16c,avx512vnni,avx512vl",
+        22,
+        q5_0_weights,
+        q5_0_dm,
+        isum_u_vnni,
+        dot_q5_0_vnni,
+        dot_4rows_q5_0_vnni,
+        dot_4tokens_q5_0_vnni
+    );
+    kernels!(
+        "avx2,fma,f16c",
         34,
         q8_0_weights,
         q8_0_dm,
@@ -600,56 +719,90 @@ mod tests {
         }
     }
 
+    fn f16_bytes(v: f32) -> [u8; 2] {
+        half::f16::from_f32(v).to_bits().to_le_bytes()
+    }
+
+    /// Random blocks of `f`: random bytes for the quants (and the k-quants' scales), sane
+    /// f16 scales, and in the first block the extreme weights.
     fn random_matrix(rng: &mut Rng, f: Format, rows: usize, cols: usize) -> QMatrix {
-        let mut data = Vec::new();
-        for _ in 0..rows * cols / QK {
-            let d = half::f16::from_f32(rng.f32() * 0.1).to_bits().to_le_bytes();
-            data.extend_from_slice(&d);
-            let rest = match f {
+        let nb = rows * cols / f.block_elems();
+        let mut data: Vec<u8> = (0..nb * f.block_bytes())
+            .map(|_| rng.next() as u8)
+            .collect();
+        for block in data.chunks_exact_mut(f.block_bytes()) {
+            match f {
                 Format::Q4_1 => {
-                    let m = half::f16::from_f32(rng.f32() * 0.5).to_bits().to_le_bytes();
-                    data.extend_from_slice(&m);
-                    16
+                    block[0..2].copy_from_slice(&f16_bytes(rng.f32() * 0.1));
+                    block[2..4].copy_from_slice(&f16_bytes(rng.f32() * 0.5));
                 }
-                Format::Q8_0 => 32,
-            };
-            for _ in 0..rest {
-                data.push(rng.next() as u8);
+                Format::Q5_0 | Format::Q8_0 => {
+                    block[0..2].copy_from_slice(&f16_bytes(rng.f32() * 0.1))
+                }
+                Format::Q4_K => {
+                    block[0..2].copy_from_slice(&f16_bytes(rng.f32() * 0.01));
+                    block[2..4].copy_from_slice(&f16_bytes(rng.f32() * 0.01));
+                }
+                Format::Q6_K => block[208..210].copy_from_slice(&f16_bytes(rng.f32() * 0.002)),
             }
         }
-        // Extremes: the first block's weights at -128 (Q8_0) or 15 (Q4_1).
-        let at = f.block_bytes() - 16;
-        data[at..at + 16].fill(if f == Format::Q8_0 { 0x80 } else { 0xff });
+        // Extremes: the first block's first weights at -128 (Q8_0), 15 (Q4_1, Q4_K),
+        // 31 (Q5_0), 31 and -32 (Q6_K).
+        match f {
+            Format::Q8_0 => data[2..18].fill(0x80),
+            Format::Q4_1 => data[4..20].fill(0xff),
+            Format::Q5_0 => data[2..22].fill(0xff),
+            Format::Q4_K => data[16..48].fill(0xff),
+            Format::Q6_K => {
+                data[0..16].fill(0xff);
+                data[128..136].fill(0xff);
+                data[16..32].fill(0);
+                data[136..144].fill(0);
+            }
+        }
         QMatrix::new(f, rows, cols, data).unwrap()
     }
 
-    /// f64 reference from the dequantised weights and the quantised activations.
-    fn reference(w: &QMatrix, acts: &Q8Acts, r: usize, t: usize) -> f64 {
+    /// f64 reference from the dequantised weights and the quantised activations, and the
+    /// sum of the terms' magnitudes (what the f32 rounding of the kernels scales with).
+    fn reference(w: &QMatrix, acts: &Q8Acts, r: usize, t: usize) -> (f64, f64) {
         let mut row = vec![0f32; w.cols()];
         w.dequantize_row(r, &mut row);
         let a = acts.token(t);
-        let mut s = 0f64;
+        let (mut s, mut mag) = (0f64, 0f64);
         for (i, x) in row.iter().enumerate() {
-            s += *x as f64 * a.ds[i / QK][0] as f64 * a.qs[i] as f64;
+            let term = *x as f64 * a.ds[i / QK][0] as f64 * a.qs[i] as f64;
+            s += term;
+            mag += term.abs();
         }
-        s
+        (s, mag)
     }
+
+    const FORMATS: [Format; 5] = [
+        Format::Q4_1,
+        Format::Q5_0,
+        Format::Q8_0,
+        Format::Q4_K,
+        Format::Q6_K,
+    ];
 
     #[test]
     fn every_kernel_matches_the_reference() {
         let mut rng = Rng(0x9e3779b97f4a7c15);
-        // Odd row counts, widths that are and are not multiples of 256, one and several
-        // tokens (tiles of four rows or four tokens, and their remainders).
-        for f in [Format::Q4_1, Format::Q8_0] {
-            for &(rows, cols, n) in &[
-                (1, 32, 1),
-                (7, 96, 1),
-                (13, 576, 3),
-                (5, 1536, 2),
-                (3, 2080, 5),
-                (9, 64, 1),
-                (6, 160, 9),
+        // Odd row counts, several widths, one and several tokens (tiles of four rows or
+        // four tokens, and their remainders). Widths are in blocks of the format: 32, or
+        // 256 for the k-quants (19 blocks is Qwen2.5-0.5B's ffn_down).
+        for f in FORMATS {
+            for &(rows, blocks, n) in &[
+                (1, 1, 1),
+                (7, 3, 1),
+                (13, 18, 3),
+                (5, 48, 2),
+                (3, 19, 5),
+                (9, 2, 1),
+                (6, 5, 9),
             ] {
+                let cols = blocks * f.block_elems();
                 let w = random_matrix(&mut rng, f, rows, cols);
                 let x: Vec<f32> = (0..n * cols).map(|_| rng.f32() * 3.0).collect();
                 let mut acts = Q8Acts::default();
@@ -663,12 +816,19 @@ mod tests {
                     assert_eq!(out[n..], split[..], "{f:?} {isa:?}");
                     for r in 0..rows {
                         for t in 0..n {
-                            let want = reference(&w, &acts, r, t);
+                            let (want, mag) = reference(&w, &acts, r, t);
                             let got = out[r * n + t] as f64;
-                            let tol = 1e-4 * (1.0 + want.abs()) * (cols as f64 / 32.0).sqrt();
+                            // f32 sums: a few ulps of the terms' magnitude per block.
+                            let tol = 1e-6 * mag * (cols as f64 / 32.0).sqrt() + 1e-6;
                             assert!(
                                 (got - want).abs() <= tol,
-                                "{f:?} {isa:?} rows={rows} cols={cols} r={r} t={t}: {got} vs {want}"
+                                "{f:?} {isa:?} rows={rows} cols={cols} r={r} t={t}: {got} vs {want} (tol {tol})"
+                            );
+                            // The scalar reference, on the same integer sums.
+                            let scalar = dot_scalar(f, w.row(r), acts.token(t)) as f64;
+                            assert!(
+                                (scalar - want).abs() <= tol,
+                                "{f:?} scalar: {scalar} vs {want}"
                             );
                             // Tiles and single dots add in the same order: batch-invariant.
                             let alone = dot(isa, f, w.row(r), acts.token(t));
@@ -678,6 +838,44 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Dequantisation against the block layouts written out by hand.
+    #[test]
+    fn dequantisation_follows_the_gguf_layouts() {
+        // Q5_0: d = 0.5, weight 0 has its fifth bit, weight 17 the nibble 3 and no fifth bit.
+        let mut b = vec![0u8; 22];
+        b[0..2].copy_from_slice(&f16_bytes(0.5));
+        b[2] = 1; // qh bit 0
+        b[6 + 1] = 0x30; // byte 1: low nibble 0 (weight 1), high nibble 3 (weight 17)
+        let m = QMatrix::new(Format::Q5_0, 1, 32, b).unwrap();
+        let mut out = vec![0f32; 32];
+        m.dequantize_row(0, &mut out);
+        assert_eq!((out[0], out[1], out[17]), (0.0, -8.0, -6.5));
+        // Q4_K: d = 1, dmin = 0.5, sub-block 1 scale 2 and min 4; its weights are the high
+        // nibbles of bytes 0..32 of the quants.
+        let mut b = vec![0u8; 144];
+        b[0..2].copy_from_slice(&f16_bytes(1.0));
+        b[2..4].copy_from_slice(&f16_bytes(0.5));
+        b[4 + 1] = 2;
+        b[4 + 5] = 4;
+        b[16] = 0x70;
+        let m = QMatrix::new(Format::Q4_K, 1, 256, b).unwrap();
+        let mut out = vec![0f32; 256];
+        m.dequantize_row(0, &mut out);
+        assert_eq!((out[0], out[32], out[33]), (0.0, 2.0 * 7.0 - 2.0, -2.0));
+        // Q6_K: d = 0.25, scale of weights 64..80 is 3; weight 64 is the high nibble of
+        // ql[0] and bits 4..6 of qh[0]: 0x5 | 2 << 4 = 37, minus 32 = 5.
+        let mut b = vec![0u8; 210];
+        b[208..210].copy_from_slice(&f16_bytes(0.25));
+        b[192 + 4] = 3;
+        b[0] = 0x50;
+        b[128] = 0x20;
+        let m = QMatrix::new(Format::Q6_K, 1, 256, b).unwrap();
+        let mut out = vec![0f32; 256];
+        m.dequantize_row(0, &mut out);
+        assert_eq!(out[64], 0.25 * 3.0 * 5.0);
+        assert_eq!(out[0], 0.0); // scale 0
     }
 
     #[test]
@@ -702,5 +900,9 @@ mod tests {
         assert!(QMatrix::new(Format::Q4_1, 2, 32, vec![0; 40]).is_ok());
         assert!(QMatrix::new(Format::Q8_0, 2, 32, vec![0; 40]).is_err());
         assert!(QMatrix::new(Format::Q8_0, 2, 32, vec![0; 68]).is_ok());
+        assert!(QMatrix::new(Format::Q4_K, 1, 96, vec![0; 144]).is_err());
+        assert!(QMatrix::new(Format::Q4_K, 1, 256, vec![0; 144]).is_ok());
+        assert!(QMatrix::new(Format::Q6_K, 2, 256, vec![0; 419]).is_err());
+        assert!(QMatrix::new(Format::Q5_0, 2, 64, vec![0; 88]).is_ok());
     }
 }
