@@ -278,6 +278,7 @@ impl LoadedModel {
             name: self.name.clone(),
             path: self.path.clone(),
             device: self.device.clone(),
+            device_note: self.device_note.clone(),
             context_length: self.context_length,
         }
     }

@@ -183,7 +183,7 @@ impl Engine {
             watch: opts.watch.clone(),
             ..DecodeOptions::default()
         };
-        let run = self.prefill(&ids, shared).and_then(|logits| {
+        let run = self.prefill(&ids, &[shared]).and_then(|logits| {
             let mut sampler = Sampler::new(opts.sampling.clone(), opts.seed);
             match constraint {
                 Constraint::Schema { grammar, .. } => {
@@ -328,7 +328,7 @@ impl Engine {
         Engine {
             loaded: self.loaded.share(),
             trie: self.trie.clone(),
-            prefix: None,
+            prefix: Vec::new(),
             reuse_prefix: self.reuse_prefix,
             prefix_tokens_reused: 0,
         }
