@@ -20,7 +20,7 @@ use formwork_grammar::matcher::{Grammar, Matcher};
 use formwork_models::chat::ChatMessage;
 use serde_json::Value;
 
-use super::decode::{decode_masked, decode_text, DecodeOptions, DecodeOutput, Stop, Watch};
+use super::decode::{decode_text, DecodeOptions, DecodeOutput, Stop, Watch};
 use super::{Engine, VerdictKind};
 use crate::sampling::{Sampler, Sampling};
 use crate::validate::{LineError, Validator, Verdict};
@@ -187,17 +187,7 @@ impl Engine {
             let mut sampler = Sampler::new(opts.sampling.clone(), opts.seed);
             match constraint {
                 Constraint::Schema { grammar, .. } => {
-                    let mut matcher = Matcher::new(grammar.clone(), self.trie.clone());
-                    let out = decode_masked(
-                        &mut self.loaded.model,
-                        &self.loaded.tokenizer,
-                        &mut matcher,
-                        &mut sampler,
-                        logits,
-                        ids.len(),
-                        &dopts,
-                    )?;
-                    Ok((out, matcher.is_accepting()))
+                    self.decode_under(grammar.clone(), &mut sampler, logits, ids.len(), &dopts)
                 }
                 Constraint::Text => {
                     let tok = &self.loaded.tokenizer;

@@ -445,6 +445,29 @@ impl Engine {
         }
     }
 
+    /// Masked decoding from `logits` at `pos` under `grammar`; also whether the matcher
+    /// ended in an accepting state (the value is complete).
+    fn decode_under(
+        &mut self,
+        grammar: Arc<Grammar>,
+        sampler: &mut Sampler,
+        logits: Vec<f32>,
+        pos: usize,
+        dopts: &DecodeOptions,
+    ) -> anyhow::Result<(DecodeOutput, bool)> {
+        let mut matcher = Matcher::new(grammar, self.trie.clone());
+        let out = decode_masked(
+            &mut self.loaded.model,
+            &self.loaded.tokenizer,
+            &mut matcher,
+            sampler,
+            logits,
+            pos,
+            dopts,
+        )?;
+        Ok((out, matcher.is_accepting()))
+    }
+
     fn extract_masked(
         &mut self,
         schema: &mut Schema,
@@ -462,19 +485,10 @@ impl Engine {
         ex.tokens_prompt = ids.len();
         ex.attempts = 1;
         let logits = self.prefill(&ids, &cuts)?;
-        let mut matcher = Matcher::new(grammar, self.trie.clone());
         let mut sampler = Sampler::new(opts.sampling.clone(), opts.seed);
         let dopts = self.decode_options(opts, started);
-        let out = decode_masked(
-            &mut self.loaded.model,
-            &self.loaded.tokenizer,
-            &mut matcher,
-            &mut sampler,
-            logits,
-            ids.len(),
-            &dopts,
-        )?;
-        let complete = matcher.is_accepting();
+        let (out, complete) =
+            self.decode_under(grammar, &mut sampler, logits, ids.len(), &dopts)?;
         self.finish_attempt(schema, ex, &out, complete, false);
         Ok(())
     }
