@@ -420,9 +420,9 @@ pub fn canonical(spec: &NumSpec, buf: &mut [u8]) {
     }
 }
 
-/// Parses a JSON number literal into (floor(v * 10^15), exact) with magnitude clamped to BIG.
-pub fn scaled(text: &str) -> Option<(i128, bool)> {
-    use crate::ir::BIG;
+/// A number literal's parts: its sign, the digits before and after the point, and the
+/// exponent (`None` when it has no digits or an unreadable exponent).
+fn split_literal(text: &str) -> Option<(bool, &str, &str, i64)> {
     let t = text.trim();
     let (neg, t) = match t.strip_prefix('-') {
         Some(r) => (true, r),
@@ -439,6 +439,13 @@ pub fn scaled(text: &str) -> Option<(i128, bool)> {
     if ip.is_empty() && fp.is_empty() {
         return None;
     }
+    Some((neg, ip, fp, exp))
+}
+
+/// Parses a JSON number literal into (floor(v * 10^15), exact) with magnitude clamped to BIG.
+pub fn scaled(text: &str) -> Option<(i128, bool)> {
+    use crate::ir::BIG;
+    let (neg, ip, fp, exp) = split_literal(text)?;
     let mut digits: Vec<u8> = ip.bytes().chain(fp.bytes()).collect();
     if !digits.iter().all(u8::is_ascii_digit) {
         return None;
@@ -501,22 +508,7 @@ pub fn far_inf() -> BigInt {
 /// bounds that `scaled` clamps (magnitude `BIG` and beyond). Magnitudes of 10^FAR_DIGITS
 /// and more give `±far_inf()`, not exact.
 pub fn scaled_big(text: &str) -> Option<(BigInt, bool)> {
-    let t = text.trim();
-    let (neg, t) = match t.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, t.strip_prefix('+').unwrap_or(t)),
-    };
-    let (mant, exp) = match t.find(['e', 'E']) {
-        Some(i) => (&t[..i], t[i + 1..].parse::<i64>().ok()?),
-        None => (t, 0),
-    };
-    let (ip, fp) = match mant.find('.') {
-        Some(i) => (&mant[..i], &mant[i + 1..]),
-        None => (mant, ""),
-    };
-    if ip.is_empty() && fp.is_empty() {
-        return None;
-    }
+    let (neg, ip, fp, exp) = split_literal(text)?;
     let digits: String = ip.chars().chain(fp.chars()).collect();
     if !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
