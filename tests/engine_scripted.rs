@@ -526,3 +526,76 @@ fn null_lookahead_picks_the_value_when_its_branch_scores_higher() {
     );
     fed_all_but_last(&out, &last);
 }
+
+fn with_null_bias(bias: f32, first: (f32, f32)) -> (String, DecodeOutput) {
+    let opts = DecodeOptions {
+        max_tokens: 64,
+        null_bias: bias,
+        ..Default::default()
+    };
+    let mut m = null_model(first, 8.0, 8.0);
+    run_with(
+        &nullable(),
+        &mut m,
+        &ByteCodec::new(),
+        Sampling::Greedy,
+        0,
+        &opts,
+    )
+}
+
+#[test]
+fn null_bias_moves_the_choice_by_exactly_its_margin() {
+    // `"` leads `n` by 1.5 nats at `{"a":`.
+    let (text, out) = with_null_bias(0.0, (5.5, 4.0));
+    assert_eq!(text, STR_TEXT);
+    // One decision, recorded where the value starts with the margin before any bias.
+    assert_eq!(
+        out.stats.null_decisions.len(),
+        1,
+        "{:?}",
+        out.stats.null_decisions
+    );
+    let d = out.stats.null_decisions[0];
+    assert_eq!(d.at, r#"{"a":"#.len());
+    assert_eq!(d.gap, -1.5);
+    assert!(!d.null);
+    // A bias under the margin leaves the value; over it, null wins.
+    assert_eq!(with_null_bias(1.4, (5.5, 4.0)).0, STR_TEXT);
+    let (text, out) = with_null_bias(1.6, (5.5, 4.0));
+    assert_eq!(text, NULL_TEXT);
+    let d = out.stats.null_decisions[0];
+    assert_eq!(
+        (d.gap, d.null),
+        (-1.5, true),
+        "the gap is recorded before the bias"
+    );
+    // A negative bias works the other way.
+    assert_eq!(with_null_bias(-1.6, (4.0, 5.5)).0, STR_TEXT);
+    assert_eq!(with_null_bias(-1.4, (4.0, 5.5)).0, NULL_TEXT);
+}
+
+#[test]
+fn sampling_with_a_null_bias_stays_valid() {
+    for seed in 0..20 {
+        let opts = DecodeOptions {
+            max_tokens: 64,
+            null_bias: 3.0,
+            ..Default::default()
+        };
+        let mut m = null_model((5.0, 4.0), 8.0, 8.0);
+        let (text, out) = run_with(
+            &nullable(),
+            &mut m,
+            &ByteCodec::new(),
+            Sampling::Temperature {
+                temperature: 1.0,
+                top_p: None,
+            },
+            seed,
+            &opts,
+        );
+        assert_valid(&nullable(), &text);
+        assert!(out.stats.null_decisions.len() <= 1);
+    }
+}

@@ -229,11 +229,83 @@ pub struct RecordResult {
     pub lookaheads: usize,
     pub lookahead_null_wins: usize,
     pub lookahead_forward_passes: usize,
+    /// The masked modes' choices between `null` and a value, per field, with the
+    /// model's margin for null (`scripts/null_bias_sweep.py` reads them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub null_decisions: Vec<FieldDecision>,
     pub ms: u64,
     pub decode_ms: f64,
     #[serde(skip)]
     pub mask_ns: Vec<u64>,
     pub value: Option<Value>,
+}
+
+/// One choice between `null` and a value, at the field it was made for.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FieldDecision {
+    /// The field's JSON Pointer (`/location/state`).
+    pub field: String,
+    /// The best `null` token's logit minus the best other allowed token's (nats).
+    pub gap: f32,
+    /// Whether the model wrote `null` there.
+    pub null: bool,
+}
+
+/// The JSON Pointer of the value that starts at byte `at` of `text`, a prefix of a
+/// JSON document (what the decoding loop had written when it chose). `None` when
+/// `at` is not inside the text or is not where a value starts.
+pub fn pointer_at(text: &str, at: usize) -> Option<String> {
+    enum Frame {
+        Object(Option<String>),
+        Array(usize),
+    }
+    let bytes = text.as_bytes().get(..at)?;
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut i = 0;
+    // A string just read, that becomes the current key when a `:` follows.
+    let mut last_string: Option<String> = None;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                let start = i + 1;
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                let raw = std::str::from_utf8(bytes.get(start..i.min(bytes.len()))?).ok()?;
+                last_string = Some(
+                    serde_json::from_str::<String>(&format!("\"{raw}\"")).unwrap_or(raw.into()),
+                );
+            }
+            b'{' => stack.push(Frame::Object(None)),
+            b'[' => stack.push(Frame::Array(0)),
+            b'}' | b']' => {
+                stack.pop();
+            }
+            b':' => {
+                if let Some(Frame::Object(k)) = stack.last_mut() {
+                    *k = last_string.take();
+                }
+            }
+            b',' => {
+                if let Some(Frame::Array(n)) = stack.last_mut() {
+                    *n += 1;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    let mut ptr = String::new();
+    for f in &stack {
+        ptr.push('/');
+        match f {
+            Frame::Object(Some(k)) => ptr.push_str(&k.replace('~', "~0").replace('/', "~1")),
+            Frame::Object(None) => return None,
+            Frame::Array(n) => ptr.push_str(&n.to_string()),
+        }
+    }
+    Some(ptr)
 }
 
 /// What a model's value for one leaf field is, against the gold. "Empty" is null (or
@@ -448,6 +520,17 @@ pub fn score(case: &Case, mode: BenchMode, ex: &Extraction, exact_strings: bool)
         lookaheads: ex.lookaheads,
         lookahead_null_wins: ex.lookahead_null_wins,
         lookahead_forward_passes: ex.lookahead_forward_passes,
+        null_decisions: ex
+            .null_decisions
+            .iter()
+            .filter_map(|d| {
+                Some(FieldDecision {
+                    field: pointer_at(&ex.text, d.at)?,
+                    gap: d.gap,
+                    null: d.null,
+                })
+            })
+            .collect(),
         ms: ex.ms,
         decode_ms: ex.decode_ms,
         mask_ns: ex.mask_ns.clone(),
@@ -1009,6 +1092,28 @@ mod tests {
     }
 
     #[test]
+    fn pointer_at_names_the_value_being_started() {
+        let at = |t: &str| pointer_at(t, t.len());
+        assert_eq!(at(r#"{"a":"#).as_deref(), Some("/a"));
+        assert_eq!(
+            at(r#"{"a":1,"loc":{"x":"},","state":"#).as_deref(),
+            Some("/loc/state")
+        );
+        assert_eq!(at(r#"{"a":{"b":null},"c":"#).as_deref(), Some("/c"));
+        assert_eq!(
+            at(r#"{"rows":[{"q":1},{"q":"#).as_deref(),
+            Some("/rows/1/q")
+        );
+        assert_eq!(at(r#"{"rows":["#).as_deref(), Some("/rows/0"));
+        // Escapes in keys and the pointer's own escapes.
+        assert_eq!(at(r#"{"a\"b/c~":"#).as_deref(), Some("/a\"b~1c~0"));
+        // Not where a value starts, or past the text.
+        assert_eq!(at("{"), None);
+        assert_eq!(pointer_at("{}", 9), None);
+        assert_eq!(at("").as_deref(), Some(""));
+    }
+
+    #[test]
     fn leaves_walk_objects_only() {
         let f = leaf_fields(&json!({"a": 1, "loc": {"city": "X", "state": null}, "l": [1, 2]}));
         let names: Vec<&str> = f.iter().map(|x| x.0.as_str()).collect();
@@ -1056,6 +1161,7 @@ mod tests {
             decode_ms: 0.0,
             tokens: Vec::new(),
             forced_ranges: Vec::new(),
+            null_decisions: Vec::new(),
         };
         score(&case, BenchMode::Masked, &ex, false)
     }

@@ -70,6 +70,11 @@ pub struct BenchArgs {
     /// Masked modes, greedy: weigh `null` against the best value at nullable fields.
     #[arg(long)]
     pub null_lookahead: bool,
+    /// Masked modes: add NATS to the logits of `null` wherever a nullable field's
+    /// `null` competes with a value (see `extract --null-bias`).
+    #[arg(long, value_name = "NATS", default_value_t = 0.0, allow_negative_numbers = true,
+          value_parser = super::parse_nats)]
+    pub null_bias: f32,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -184,6 +189,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
             seed: a.seed,
             prompt: a.prompt,
             null_lookahead: a.null_lookahead,
+            null_bias: a.null_bias,
             ..Default::default()
         },
         exact_strings: a.exact_strings,

@@ -17,6 +17,14 @@ pub mod serve;
 pub mod validate;
 
 /// `--source-strings[=substring|words]` (see `docs/source.md`).
+/// `--null-bias`: a finite number of nats.
+pub fn parse_nats(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(x) if x.is_finite() => Ok(x),
+        _ => Err(format!("{s:?} is not a finite number of nats")),
+    }
+}
+
 pub fn parse_source_mode(s: &str) -> Result<formwork_grammar::source::SourceMode, String> {
     formwork_grammar::source::SourceMode::parse(s)
         .ok_or_else(|| format!("{s:?} is not `substring` or `words`"))

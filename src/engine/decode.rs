@@ -104,6 +104,11 @@ pub struct DecodeOptions {
     /// Greedy only: at a nullable field, score the `null` branch against the best
     /// value branch before committing (see [`decode_masked`]).
     pub null_lookahead: bool,
+    /// Added to the logits of the tokens that start `null` where a nullable field's
+    /// `null` competes with a value ([`Matcher::null_competes`]), before the token is
+    /// picked: a prior for "null unless the document says so", in nats. 0 leaves the
+    /// model's choice alone.
+    pub null_bias: f32,
     pub deadline: Option<Instant>,
     /// Sees the text as it grows, and may stop the run (see [`Watch`]).
     pub watch: Option<Watch>,
@@ -116,6 +121,7 @@ impl Default for DecodeOptions {
             jump_forward: true,
             heal_forced: true,
             null_lookahead: false,
+            null_bias: 0.0,
             deadline: None,
             watch: None,
         }
@@ -147,6 +153,21 @@ pub struct DecodeStats {
     /// `forward_passes` too). The winner's passes would mostly have been spent
     /// anyway, though one token at a time instead of one pass per forced span.
     pub lookahead_forward_passes: usize,
+    /// Every point where `null` competed with a value and the model picked a token
+    /// (not those the lookahead decided), in order.
+    pub null_decisions: Vec<NullDecision>,
+}
+
+/// One choice between `null` and a value at a nullable field.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct NullDecision {
+    /// Output bytes before the value (where it starts).
+    pub at: usize,
+    /// The best allowed `null` token's logit minus the best allowed other token's,
+    /// before any bias: how much more (or, below 0, less) likely null is, in nats.
+    pub gap: f32,
+    /// Whether the picked token starts `null`.
+    pub null: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -322,6 +343,47 @@ fn pick(
     sampler.sample(logits, |t| mask.contains(t))
 }
 
+/// [`pick`] where `null` competes with a value: records the [`NullDecision`], and
+/// adds `opts.null_bias` to the logits of the tokens that start `null` first.
+fn pick_null_or_value(
+    matcher: &mut Matcher,
+    codec: &dyn Codec,
+    sampler: &mut Sampler,
+    logits: &[f32],
+    mask: &mut TokenSet,
+    opts: &DecodeOptions,
+    out: &mut DecodeOutput,
+) -> Option<u32> {
+    full_mask(matcher, mask, &mut out.stats);
+    let vocab = codec.token_bytes();
+    let eos = codec.eos_ids();
+    let starts_n = |t: u32| vocab.get(t as usize).and_then(|b| b.first()) == Some(&b'n');
+    let allowed = |t: u32| mask.contains(t) && !eos.contains(&t);
+    let best_null = crate::sampling::argmax(logits, |t| allowed(t) && starts_n(t));
+    let best_value = crate::sampling::argmax(logits, |t| allowed(t) && !starts_n(t));
+    let gap = match (best_null, best_value) {
+        (Some(n), Some(v)) => logits[n as usize] - logits[v as usize],
+        _ => return sampler.sample(logits, |t| mask.contains(t)),
+    };
+    let tok = if opts.null_bias == 0.0 {
+        sampler.sample(logits, |t| mask.contains(t))
+    } else {
+        let mut biased = logits.to_vec();
+        for (t, x) in biased.iter_mut().enumerate() {
+            if starts_n(t as u32) {
+                *x += opts.null_bias;
+            }
+        }
+        sampler.sample(&biased, |t| mask.contains(t))
+    };
+    out.stats.null_decisions.push(NullDecision {
+        at: out.bytes.len(),
+        gap,
+        null: tok.is_some_and(starts_n),
+    });
+    tok
+}
+
 /// Run masked decoding from `logits` (the model's output after the prompt, whose
 /// length is `pos`).
 ///
@@ -429,7 +491,12 @@ pub fn decode_masked(
 
         // 3. Sample under the mask (steered when the budget restricts it).
         out.steered |= matcher.is_steering();
-        let Some(tok) = pick(matcher, sampler, &logits, &mut mask, &mut out.stats) else {
+        let picked = if matcher.null_competes() {
+            pick_null_or_value(matcher, codec, sampler, &logits, &mut mask, opts, &mut out)
+        } else {
+            pick(matcher, sampler, &logits, &mut mask, &mut out.stats)
+        };
+        let Some(tok) = picked else {
             // No token allowed: the matcher is accepting with nothing allowed
             // after it, or the vocabulary cannot spell what the schema needs.
             out.stop = if matcher.is_accepting() {

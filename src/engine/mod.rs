@@ -146,6 +146,9 @@ pub struct ExtractOptions {
     /// Greedy masked decoding: at a nullable field, weigh `null` against the best
     /// value branch before committing (see `decode::decode_masked`). Off by default.
     pub null_lookahead: bool,
+    /// Masked modes: added to the logits of `null` where a nullable field's `null`
+    /// competes with a value, in nats (see `decode::DecodeOptions::null_bias`).
+    pub null_bias: f32,
     /// JSON Pointers whose non-empty value marks a record for review.
     pub review_fields: Vec<String>,
     /// How the schema is shown to the model (the mask enforces the JSON Schema either way).
@@ -167,6 +170,7 @@ impl Default for ExtractOptions {
             jump_forward: true,
             heal_forced: true,
             null_lookahead: false,
+            null_bias: 0.0,
             review_fields: Vec::new(),
             prompt: prompt::PromptStyle::default(),
             examples: Vec::new(),
@@ -221,6 +225,10 @@ pub struct Extraction {
     pub tokens: Vec<u32>,
     #[serde(skip)]
     pub forced_ranges: Vec<(usize, usize)>,
+    /// The last attempt's choices between `null` and a value (masked modes), at byte
+    /// offsets of `text`.
+    #[serde(skip)]
+    pub null_decisions: Vec<decode::NullDecision>,
 }
 
 struct PrefixCache {
@@ -332,6 +340,7 @@ impl Engine {
             decode_ms: 0.0,
             tokens: Vec::new(),
             forced_ranges: Vec::new(),
+            null_decisions: Vec::new(),
         };
         let result = match opts.mode {
             Mode::Masked => self.extract_masked(schema, document, opts, &mut ex),
@@ -440,6 +449,7 @@ impl Engine {
             jump_forward: opts.jump_forward,
             heal_forced: opts.heal_forced,
             null_lookahead: opts.null_lookahead,
+            null_bias: opts.null_bias,
             deadline: opts.timeout.map(|t| started + t),
             ..DecodeOptions::default()
         }
@@ -581,6 +591,7 @@ impl Engine {
         ex.noncanonical = out.stats.noncanonical;
         ex.tokens = out.tokens.clone();
         ex.forced_ranges = out.forced_ranges.clone();
+        ex.null_decisions = out.stats.null_decisions.clone();
         ex.mask_ns.extend_from_slice(&out.stats.mask_ns);
         ex.decode_ms += out.stats.decode_time.as_secs_f64() * 1000.0;
         ex.cut_short = out.steered;
