@@ -599,3 +599,79 @@ fn sampling_with_a_null_bias_stays_valid() {
         assert!(out.stats.null_decisions.len() <= 1);
     }
 }
+
+/// Vocabulary with `":` and `":"`: after `{"a` the model prefers `":"` (10, a string
+/// starts inside the token) to `":` (9, the next step chooses); after `{"a":` it
+/// prefers `n` (6) to `"` (5), so p(null | `":`) = 1 / (1 + e^-1).
+fn crossing_model(codec: &ByteCodec) -> ScriptedModel {
+    let bytes = codec.bytes.clone();
+    let n = bytes.len();
+    let (undecided, value) = (codec.id("\":") as usize, codec.id("\":\"") as usize);
+    let mut m = ScriptedModel::new(move |h: &[u32]| {
+        let text = output_text(&bytes, h);
+        let mut l = vec![0.0f32; n];
+        if text == r#"{"a"# {
+            l[value] = 10.0;
+            l[undecided] = 9.0;
+            return l;
+        }
+        if text == r#"{"a":"# {
+            l[b'n' as usize] = 6.0;
+            l[b'"' as usize] = 5.0;
+            return l;
+        }
+        for target in [NULL_TEXT, STR_TEXT] {
+            if target.len() > text.len() && target.starts_with(&text) {
+                l[target.as_bytes()[text.len()] as usize] += 8.0;
+            }
+        }
+        l
+    });
+    m.vocab = n;
+    m
+}
+
+fn crossing_run(bias: f32) -> (String, DecodeOutput) {
+    let codec = ByteCodec::with(&["\":", "\":\""]);
+    let mut m = crossing_model(&codec);
+    let opts = DecodeOptions {
+        max_tokens: 64,
+        null_bias: bias,
+        ..Default::default()
+    };
+    run_with(&nullable(), &mut m, &codec, Sampling::Greedy, 0, &opts)
+}
+
+#[test]
+fn null_bias_reaches_a_choice_made_inside_a_token() {
+    // Without a bias the model writes the string through `":"`.
+    let (text, out) = crossing_run(0.0);
+    assert_eq!(text, STR_TEXT);
+    assert_eq!(out.stats.lookahead_forward_passes, 0);
+    // Bias 1.1: `":` could win (9 + 1.1 > 10), so one pass weighs it: 9 + ln(p e^1.1
+    // + 1 - p) = 9.90 < 10. The string stays; the choice is recorded with null's
+    // best way (9 + ln p) against the value's (10).
+    let (text, out) = crossing_run(1.1);
+    assert_eq!(text, STR_TEXT);
+    assert_eq!(out.stats.lookahead_forward_passes, 1);
+    let d = out.stats.null_decisions[0];
+    assert_eq!(d.at, r#"{"a":"#.len());
+    assert!(!d.null);
+    // p is about 1 / (1 + e^-1) (other allowed tokens have logit 0 and take a little).
+    let p = 1.0 / (1.0 + (-1.0f64).exp());
+    assert!(
+        (d.gap as f64 - (9.0 + p.ln() - 10.0)).abs() < 0.01,
+        "{}",
+        d.gap
+    );
+    // Bias 1.5: 9 + ln(p e^1.5 + 1 - p) = 10.27 > 10: `":`, then null (6 + 1.5 > 5).
+    let (text, out) = crossing_run(1.5);
+    assert_eq!(text, NULL_TEXT);
+    let last = out.stats.null_decisions.last().unwrap();
+    assert_eq!(
+        (last.at, last.gap, last.null),
+        (r#"{"a":"#.len(), 1.0, true)
+    );
+    // A negative bias never makes null likelier.
+    assert_eq!(crossing_run(-3.0).0, STR_TEXT);
+}

@@ -384,6 +384,181 @@ fn pick_null_or_value(
     tok
 }
 
+/// Bytes after which compact JSON may start a value (`"a":`, `[`, `,` in an array).
+fn value_may_follow(b: u8) -> bool {
+    matches!(b, b':' | b',' | b'[')
+}
+
+/// Token ids with a byte after which a value may start: the only ones that can carry a
+/// choice between `null` and a value inside them (`":"` starts a string, `":null` is
+/// null) or end right before one (`":`).
+fn crossing_candidates(codec: &dyn Codec) -> Vec<u32> {
+    let eos = codec.eos_ids();
+    codec
+        .token_bytes()
+        .iter()
+        .enumerate()
+        .filter(|(t, b)| b.iter().any(|&c| value_may_follow(c)) && !eos.contains(&(*t as u32)))
+        .map(|(t, _)| t as u32)
+        .collect()
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Crossing {
+    /// The token goes on into `null`.
+    Null,
+    /// The token goes on into another value.
+    Value,
+    /// The token ends where `null` competes (the next step chooses).
+    Undecided,
+}
+
+/// The allowed tokens of `candidates` that cross or reach a point where `null`
+/// competes with a value, with the class and the offset in the token's bytes where
+/// that value starts.
+fn crossing_tokens(
+    matcher: &mut Matcher,
+    vocab: &[Vec<u8>],
+    mask: &TokenSet,
+    candidates: &[u32],
+) -> Vec<(u32, Crossing, usize)> {
+    let mut out = Vec::new();
+    for &t in candidates {
+        if !mask.contains(t) {
+            continue;
+        }
+        let bytes = &vocab[t as usize];
+        for j in 0..bytes.len() {
+            if !value_may_follow(bytes[j]) {
+                continue;
+            }
+            if matcher.commit_bytes(&bytes[..=j]).is_err() {
+                break;
+            }
+            let competes = matcher.null_competes();
+            matcher.rollback(1);
+            if competes {
+                let class = match bytes.get(j + 1) {
+                    None => Crossing::Undecided,
+                    Some(b'n') => Crossing::Null,
+                    Some(_) => Crossing::Value,
+                };
+                out.push((t, class, j + 1));
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// [`pick`] with a null bias where no `null` competes at this state but tokens cross
+/// one: `":"` (a string starts inside the token), `":null`, or `":` (the next step
+/// chooses). The bias means "every way to `null` weighs `e^bias` times more", so
+/// `null`-crossing tokens get `+bias` and tokens that end at the choice get
+/// `ln(p e^bias + 1 - p)`, where `p` is the model's probability of `null` right after
+/// the best of them: one forward pass on a snapshot, spent only when that token could
+/// win (always, when sampling). The next step then adds the bias to `null` as at any
+/// choice. Records a [`NullDecision`] when the picked token decides.
+#[allow(clippy::too_many_arguments)]
+fn pick_across_null(
+    model: &dyn LanguageModel,
+    codec: &dyn Codec,
+    matcher: &mut Matcher,
+    sampler: &mut Sampler,
+    logits: &[f32],
+    pos: usize,
+    mask: &mut TokenSet,
+    opts: &DecodeOptions,
+    out: &mut DecodeOutput,
+    candidates: &[u32],
+) -> formwork_models::Result<Option<u32>> {
+    full_mask(matcher, mask, &mut out.stats);
+    let vocab = codec.token_bytes();
+    let classes = crossing_tokens(matcher, vocab, mask, candidates);
+    let best = |c: Crossing| {
+        classes
+            .iter()
+            .filter(|x| x.1 == c)
+            .map(|x| (x.0, logits[x.0 as usize]))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+    };
+    let (bv, bn, bu) = (
+        best(Crossing::Value),
+        best(Crossing::Null),
+        best(Crossing::Undecided),
+    );
+    if bv.is_none() && bn.is_none() {
+        return Ok(sampler.sample(logits, |t| mask.contains(t)));
+    }
+    let b = opts.null_bias;
+    let rival = bv
+        .map(|x| x.1)
+        .into_iter()
+        .chain(bn.map(|x| x.1 + b))
+        .fold(f32::NEG_INFINITY, f32::max);
+    // The probability of `null` after the best token that ends at the choice.
+    let mut p_null: Option<f64> = None;
+    if let Some((u, lu)) = bu {
+        if !sampler.sampling().is_greedy() || lu + b.max(0.0) > rival {
+            let mut snap = model.snapshot();
+            let next = snap.forward(&[u], pos)?;
+            out.stats.forward_passes += 1;
+            out.stats.lookahead_forward_passes += 1;
+            let mut after = matcher.clone();
+            if after.commit(u).is_ok() {
+                let mut m2 = TokenSet::new(vocab.len().max(next.len()));
+                after.compute_mask(&mut m2);
+                let eos = codec.eos_ids();
+                let ok = |t: usize| m2.contains(t as u32) && !eos.contains(&(t as u32));
+                let mx = next
+                    .iter()
+                    .enumerate()
+                    .filter(|(t, _)| ok(*t))
+                    .map(|(_, &x)| x as f64)
+                    .fold(f64::NEG_INFINITY, f64::max);
+                let (mut all, mut nul) = (0.0, 0.0);
+                for (t, &x) in next.iter().enumerate() {
+                    if ok(t) {
+                        let e = (x as f64 - mx).exp();
+                        all += e;
+                        if vocab.get(t).and_then(|v| v.first()) == Some(&b'n') {
+                            nul += e;
+                        }
+                    }
+                }
+                if all > 0.0 {
+                    p_null = Some(nul / all);
+                }
+            }
+        }
+    }
+    let undecided_shift = p_null.map_or(0.0, |p| (p * (b as f64).exp() + (1.0 - p)).ln() as f32);
+    let mut biased = logits.to_vec();
+    for &(t, c, _) in &classes {
+        match c {
+            Crossing::Null => biased[t as usize] += b,
+            Crossing::Undecided => biased[t as usize] += undecided_shift,
+            Crossing::Value => {}
+        }
+    }
+    let tok = sampler.sample(&biased, |t| mask.contains(t));
+    if let Some(&(_, c, j)) = tok.and_then(|t| classes.iter().find(|x| x.0 == t)) {
+        if c != Crossing::Undecided {
+            // Null's best way against the value's best way, before the bias.
+            let (pn, pv) = p_null.map_or((0.0, f64::NEG_INFINITY), |p| (p.ln(), (1.0 - p).ln()));
+            let via_u = |lp: f64| bu.map_or(f64::NEG_INFINITY, |(_, l)| l as f64 + lp);
+            let null_way = bn.map_or(f64::NEG_INFINITY, |x| x.1 as f64).max(via_u(pn));
+            let value_way = bv.map_or(f64::NEG_INFINITY, |x| x.1 as f64).max(via_u(pv));
+            out.stats.null_decisions.push(NullDecision {
+                at: out.bytes.len() + j,
+                gap: (null_way - value_way) as f32,
+                null: c == Crossing::Null,
+            });
+        }
+    }
+    Ok(tok)
+}
+
 /// Run masked decoding from `logits` (the model's output after the prompt, whose
 /// length is `pos`).
 ///
@@ -416,6 +591,8 @@ pub fn decode_masked(
     let mut out = DecodeOutput::empty();
     let eos = codec.eos_ids();
     let mut pending: Option<u32> = None;
+    // With a null bias: the tokens that may carry a value's start inside them.
+    let mut crossers: Option<Vec<u32>> = None;
     loop {
         if Watch::stops(opts, &out.bytes) {
             out.stop = Stop::Cancelled;
@@ -493,6 +670,20 @@ pub fn decode_masked(
         out.steered |= matcher.is_steering();
         let picked = if matcher.null_competes() {
             pick_null_or_value(matcher, codec, sampler, &logits, &mut mask, opts, &mut out)
+        } else if opts.null_bias != 0.0 {
+            let c = crossers.get_or_insert_with(|| crossing_candidates(codec));
+            pick_across_null(
+                model.as_ref(),
+                codec,
+                matcher,
+                sampler,
+                &logits,
+                pos,
+                &mut mask,
+                opts,
+                &mut out,
+                c,
+            )?
         } else {
             pick(matcher, sampler, &logits, &mut mask, &mut out.stats)
         };
