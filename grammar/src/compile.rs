@@ -14,14 +14,12 @@
 //! properties are generated only where `additionalProperties` gives a schema (or an object
 //! lists no properties at all); numbers carry at most 15 digits and no exponent (a range
 //! wholly beyond 15 digits, `minimum: 1e400`, is written with one fixed exponent: see
-//! [`num`]); strings use serde_json's escapes only; formats are sound subsets of what they
+//! [`crate::num`]); strings use serde_json's escapes only; formats are sound subsets of what they
 //! name. A narrowed reading (`not`, `if`, a `oneOf`) is never negated or tested for
 //! disjointness as if it were exact: a `not`, an `if` condition or a `oneOf` branch that
 //! is itself narrowed is refused at its pointer.
 
-pub mod dfa;
 pub mod machine;
-pub mod num;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -305,7 +303,7 @@ impl Automaton {
     /// ([`Limits::dfa_states`]) at the keyword's pointer, and [`CompileError::NoSpan`]
     /// when the schema needs a marked string no span satisfies.
     pub fn with_source(self: &Arc<Self>, doc: &str) -> Result<Arc<Automaton>, CompileError> {
-        use crate::compile::dfa::{Dfa, LenTable};
+        use crate::dfa::{Dfa, LenTable};
         use crate::ir::SourceMode;
         use std::collections::HashMap;
         let Some(base) = &self.source else {

@@ -4,8 +4,10 @@
 
 pub mod automaton;
 pub mod compile;
+pub mod dfa;
 pub mod ir;
 pub mod matcher;
+pub mod num;
 pub mod sample;
 pub mod schema;
 pub mod source;

@@ -14,8 +14,8 @@ use std::rc::Rc;
 use num_bigint::BigInt;
 use serde_json::{Map, Value};
 
-use crate::compile::dfa::{Dfa, LenTable};
-use crate::compile::num;
+use crate::dfa::{Dfa, LenTable};
+use crate::num;
 use crate::compile::{CompileError, Config, Deadline, Relaxed};
 use crate::ir::*;
 

@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use super::num;
+use crate::num;
 use crate::compile::{CompileError, Deadline, Whitespace};
 use crate::ir::{Alt, Ir, NodeId, LIT_FALSE, LIT_NULL, LIT_TRUE};
 
@@ -182,7 +182,7 @@ struct PlainDfa {
 }
 
 impl PlainDfa {
-    fn new(d: &super::dfa::Dfa) -> PlainDfa {
+    fn new(d: &crate::dfa::Dfa) -> PlainDfa {
         let reps = |bytes: &mut dyn Iterator<Item = u8>| {
             let mut seen = [false; 256];
             let mut v = Vec::new();
@@ -2012,7 +2012,7 @@ impl Machine {
     /// plain character only when the DFA dies: the `maxLength` test passes
     /// (`len + n <= max`) and so does every length-table test, because every live DFA
     /// state has suffixes of every count from `full_from()` on (see
-    /// [`super::dfa::LenTable`]). Names excluded by `propertyNames` only matter at the
+    /// [`crate::dfa::LenTable`]). Names excluded by `propertyNames` only matter at the
     /// closing quote, which no plain character is.
     pub fn plain_key(&self, s: &State) -> Option<crate::automaton::PlainKey<'_>> {
         let [t] = s.threads.as_slice() else {
@@ -2038,7 +2038,7 @@ impl Machine {
     /// Whether `str_char`'s length tests pass for every live DFA state at character
     /// count `nlen`: `nlen <= max`, and `any_in(q, min - nlen, max - nlen)` for every
     /// live `q`, which holds when `min(max - nlen, cap) >= max(full_from, min - nlen)`
-    /// (see [`super::dfa::LenTable`]). True for every count below one that passes.
+    /// (see [`crate::dfa::LenTable`]). True for every count below one that passes.
     fn lens_free(&self, spec: u32, nlen: u32) -> bool {
         let sp = &self.ir.strs[spec as usize];
         if sp.max.is_some_and(|m| nlen > m) {
