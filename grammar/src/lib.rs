@@ -4,6 +4,7 @@
 
 pub mod automaton;
 pub mod compile;
+pub mod config;
 pub mod dfa;
 pub mod ir;
 pub mod matcher;

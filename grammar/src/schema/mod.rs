@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 
 use crate::dfa::{Dfa, LenTable};
 use crate::num;
-use crate::compile::{CompileError, Config, Deadline, Relaxed};
+use crate::config::{CompileError, Config, Deadline, Relaxed};
 use crate::ir::*;
 
 type Key = Vec<u32>;

@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::num;
-use crate::compile::{CompileError, Deadline, Whitespace};
+use crate::config::{CompileError, Deadline, Whitespace};
 use crate::ir::{Alt, Ir, NodeId, LIT_FALSE, LIT_NULL, LIT_TRUE};
 
 const EXTRA: u32 = u32::MAX;
