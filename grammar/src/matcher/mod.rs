@@ -35,10 +35,8 @@
 //! so a growing cache never copies rows or rehashes states (both were latency spikes
 //! of hundreds of microseconds on large schemas).
 //!
-//! Measured (`FORMWORK_BENCH_N=200 cargo bench -p formwork-grammar --bench masks`,
-//! three runs, one core): an uncached mask (first document) 2.6-2.7 µs at p50 and
-//! 58-68 µs at p99 with 49k tokens, 5.2-5.4 µs and 114-125 µs with 262k; a cached one
-//! 0.1-0.25 µs.
+//! The measured mask times are in the README ("Masks, compile time, coverage"), next to
+//! the benchmark command that gives them.
 //!
 //! Concurrency: one mutex per grammar, taken once per call (never per trie node).
 //! Sequences of one schema on different threads serialise on mask misses and steps.
