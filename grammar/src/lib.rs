@@ -42,7 +42,7 @@
 //!
 //! Besides: [`source`] (strings quoted from the document, `x-formwork-source`, compiled
 //! per document by `Automaton::with_source`) and [`sample`] (random valid instances and
-//! a small deterministic RNG).
+//! the one small deterministic RNG of the benchmarks and tests).
 //!
 //! # Usage
 //!
