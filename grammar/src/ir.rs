@@ -9,7 +9,7 @@
 //! a stack. Every alternative left in the IR has at least one valid text; `min_len` is the
 //! length in bytes of the shortest one.
 
-use crate::compile::dfa::{Dfa, LenTable};
+use crate::dfa::{Dfa, LenTable};
 
 pub type NodeId = u32;
 
@@ -53,7 +53,7 @@ pub struct NumSpec {
     pub lo: i128,
     pub hi: i128,
     pub q: i128,
-    /// Far numbers (`compile::num`): every text is a mantissa within `lo..=hi` on the
+    /// Far numbers (`crate::num`): every text is a mantissa within `lo..=hi` on the
     /// grid of `q`, then the literal `e<exp>`. 0: no exponent (the usual case).
     pub exp: u32,
 }

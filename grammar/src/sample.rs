@@ -5,7 +5,8 @@
 use crate::ByteAutomaton;
 
 /// A small deterministic generator (xorshift64*), so instances are reproducible
-/// from a seed without a dependency.
+/// from a seed without a dependency. The one RNG of the benchmarks, the fuzz smoke and
+/// the matcher tests (`tests/matcher_support` re-exports it).
 #[derive(Clone, Debug)]
 pub struct SplitRng(u64);
 

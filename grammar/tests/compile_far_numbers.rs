@@ -1,5 +1,5 @@
 //! Numbers beyond what 15 digits reach: bounds are read exactly and the range is written
-//! with a fixed exponent (`compile::num`, far numbers).
+//! with a fixed exponent (`formwork_grammar::num`, far numbers).
 
 use formwork_grammar::compile::{compile, Config};
 use formwork_grammar::ByteAutomaton;

@@ -65,7 +65,7 @@ fn walk(
 ) -> Vec<u8> {
     let mut m = Matcher::new(g.clone(), trie.clone());
     m.set_budget(budget);
-    let mut rng = Rng::new(seed);
+    let mut rng = SplitRng::new(seed);
     let mut st = a.start();
     let mut mask = TokenSet::new(trie.vocab_size());
     let mut text = Vec::new();
@@ -277,7 +277,7 @@ fn token_walk(
 ) -> Result<Vec<u8>, String> {
     let mut m = Matcher::new(g.clone(), trie.clone());
     m.set_budget(budget);
-    let mut rng = Rng::new(seed);
+    let mut rng = SplitRng::new(seed);
     let mut st = a.start();
     let mut mask = TokenSet::new(trie.vocab_size());
     let mut text = Vec::new();
@@ -441,7 +441,7 @@ fn pattern_vocab(seed: u64, words: usize) -> Arc<TokTrie> {
         "a", "b", "z", " ", "\u{2028}", "\u{e9}", "\u{3000}", "1", "-", ":", "T", "Z", ".", "\"",
         ",", "\\",
     ];
-    let mut rng = Rng::new(seed);
+    let mut rng = SplitRng::new(seed);
     let random: Vec<Vec<u8>> = (0..words)
         .map(|_| {
             let len = 1 + rng.below(7);

@@ -121,7 +121,7 @@ fn budget_steers_every_run_to_a_valid_end() {
                 for seed in 0..8u64 {
                     let mut m = Matcher::new(g.clone(), trie.clone());
                     m.set_budget(budget);
-                    let mut rng = Rng::new(seed * 1000 + budget as u64);
+                    let mut rng = SplitRng::new(seed * 1000 + budget as u64);
                     let mut mask = TokenSet::new(trie.vocab_size());
                     let mut used = 0;
                     loop {

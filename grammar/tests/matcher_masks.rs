@@ -67,7 +67,7 @@ fn walk_and_check<A: ByteAutomaton + 'static>(
 ) -> usize {
     let g = Grammar::new(a.clone());
     let mut m = Matcher::new(g, trie.clone());
-    let mut rng = Rng::new(seed);
+    let mut rng = SplitRng::new(seed);
     let mut st = a.start();
     let mut mask = TokenSet::new(trie.vocab_size());
     let mut text = Vec::new();
@@ -182,7 +182,7 @@ fn plain_hint_changes_nothing_but_speed() {
             TokenSet::new(trie.vocab_size()),
             TokenSet::new(trie.vocab_size()),
         );
-        let mut rng = Rng::new(max.unwrap_or(0) as u64);
+        let mut rng = SplitRng::new(max.unwrap_or(0) as u64);
         for step in 0..40 {
             ma.compute_mask(&mut ka);
             mb.compute_mask(&mut kb);

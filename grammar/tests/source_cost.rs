@@ -56,7 +56,7 @@ fn walk(g: &Arc<Grammar>, trie: &Arc<TokTrie>, seed: u64, times: &mut Vec<u64>) 
     if std::env::var_os("SOURCE_COST_BUDGET").is_some() {
         m.set_budget(200);
     }
-    let mut rng = Rng::new(seed);
+    let mut rng = SplitRng::new(seed);
     let mut mask = TokenSet::new(trie.vocab_size());
     let eos = trie.eos_ids()[0];
     for step in 0..200 {

@@ -20,7 +20,7 @@ use formwork_grammar::matcher::{Grammar, Matcher};
 use formwork_grammar::source::{is_span, SourceMode};
 use formwork_grammar::toktrie::{TokTrie, TokenSet};
 use formwork_grammar::ByteAutomaton;
-use matcher_support::{byte_vocab_with, Rng};
+use matcher_support::{byte_vocab_with, SplitRng};
 use serde_json::{json, Value};
 
 const PIECES: &[&str] = &[
@@ -29,7 +29,7 @@ const PIECES: &[&str] = &[
     "\u{7f}", "/",
 ];
 
-fn random_doc(rng: &mut Rng) -> String {
+fn random_doc(rng: &mut SplitRng) -> String {
     let n = 3 + rng.below(14);
     (0..n).map(|_| PIECES[rng.below(PIECES.len())]).collect()
 }
@@ -115,7 +115,7 @@ fn validator(schema: &Value) -> jsonschema::Validator {
 
 /// Candidate values for a document: every substring of at most 12 characters, the
 /// whole document, and spans with one character added or removed.
-fn candidates(doc: &str, rng: &mut Rng) -> Vec<String> {
+fn candidates(doc: &str, rng: &mut SplitRng) -> Vec<String> {
     let idx: Vec<usize> = doc
         .char_indices()
         .map(|(i, _)| i)
@@ -146,7 +146,7 @@ fn candidates(doc: &str, rng: &mut Rng) -> Vec<String> {
 
 #[test]
 fn top_level_strings_are_exactly_the_spans() {
-    let mut rng = Rng::new(11);
+    let mut rng = SplitRng::new(11);
     let mut checked = 0usize;
     let mut accepted = 0usize;
     for round in 0..40 {
@@ -193,7 +193,7 @@ fn top_level_strings_are_exactly_the_spans() {
 
 /// One random walk over bytes (like `soundness_bytes`), finishing on the shortest
 /// completion; each of its bytes must be taken.
-fn walk(a: &Automaton, rng: &mut Rng, soft: usize) -> Vec<u8> {
+fn walk(a: &Automaton, rng: &mut SplitRng, soft: usize) -> Vec<u8> {
     let mut s = a.start();
     let mut text = Vec::new();
     loop {
@@ -246,7 +246,7 @@ fn check_instance(schema: &Value, v: &jsonschema::Validator, doc: &str, text: &[
 
 #[test]
 fn byte_walks_give_valid_instances_of_spans() {
-    let mut rng = Rng::new(5);
+    let mut rng = SplitRng::new(5);
     let mut walks = 0;
     for _ in 0..30 {
         let doc = random_doc(&mut rng);
@@ -328,7 +328,7 @@ fn doc_vocab(doc: &str) -> Arc<TokTrie> {
 
 #[test]
 fn masks_equal_brute_force_on_document_vocabularies() {
-    let mut rng = Rng::new(23);
+    let mut rng = SplitRng::new(23);
     let mut steps = 0;
     for round in 0..12 {
         let doc = random_doc(&mut rng);

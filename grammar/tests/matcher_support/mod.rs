@@ -11,24 +11,8 @@ use regex_automata::util::primitives::StateID;
 use regex_automata::util::start;
 use regex_automata::Anchored;
 
-/// xorshift64*: deterministic, dependency-free.
-pub struct Rng(u64);
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
+/// The tests' deterministic RNG is the crate's own (xorshift64* seeded by splitmix64).
+pub use formwork_grammar::sample::SplitRng;
 
 /// Shortest completion by breadth-first search over bytes (for small automata).
 pub fn bfs_completion<A: ByteAutomaton>(a: &A, s: &A::State) -> Vec<u8> {
@@ -480,7 +464,7 @@ pub fn synthetic_vocab(seed: u64, random_tokens: usize) -> Arc<TokTrie> {
         b"x",
         b"y",
     ];
-    let mut rng = Rng::new(seed);
+    let mut rng = SplitRng::new(seed);
     for _ in 0..random_tokens {
         let len = 1 + rng.below(8);
         let mut t = Vec::new();

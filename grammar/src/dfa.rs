@@ -6,7 +6,7 @@ use regex_automata::dfa::{dense, Automaton, StartKind};
 use regex_automata::util::{start, syntax};
 use regex_automata::Anchored;
 
-use crate::compile::Deadline;
+use crate::config::Deadline;
 
 /// Work items between two looks at the clock in the loops below.
 const CLOCK_EVERY: usize = 1024;

@@ -1,0 +1,140 @@
+//! Intersection: `allOf`, `$ref` beside other keywords, and every child key read as the
+//! conjunction of its locations. Two [`Typed`] conjunctions meet field by field
+//! ([`intersect`]); two disjunctions distribute ([`Builder::conj`]), within
+//! `Limits::alternatives`.
+
+use std::rc::Rc;
+
+use super::*;
+use crate::config::CompileError;
+
+/// `a` and `b` together: `Ok(None)` when a pattern decides a merged property and cannot be
+/// read, `Ok(Some(None))` when nothing satisfies both.
+pub(super) fn intersect(
+    a: &Typed,
+    b: &Typed,
+    pk: &mut dyn FnMut(&Typed, &str) -> Result<Option<Key>, CompileError>,
+) -> Result<Option<Option<Typed>>, CompileError> {
+    let mut r = a.clone();
+    r.t &= b.t;
+    // INT and NUM: NUM includes integers.
+    let num_a = a.t & (T_INT | T_NUM);
+    let num_b = b.t & (T_INT | T_NUM);
+    let num = if num_a == 0 || num_b == 0 {
+        0
+    } else if num_a & T_NUM != 0 && num_b & T_NUM != 0 {
+        T_NUM | T_INT
+    } else {
+        T_INT
+    };
+    r.t = (r.t & !(T_INT | T_NUM)) | num;
+    r.lo = a.lo.max(b.lo);
+    r.hi = a.hi.min(b.hi);
+    if a.far.is_some() || b.far.is_some() {
+        let ((al, ah), (bl, bh)) = (a.bounds_x(), b.bounds_x());
+        r.far = Some(Rc::new((al.max(bl), ah.min(bh))));
+    }
+    r.q = match (a.q / gcd(a.q, b.q)).checked_mul(b.q) {
+        Some(q) => q,
+        None => return Ok(Some(None)),
+    };
+    r.smin = a.smin.max(b.smin);
+    r.smax = min_opt(a.smax, b.smax);
+    r.pats.extend(b.pats.iter().cloned());
+    r.amin = a.amin.max(b.amin);
+    r.amax = min_opt(a.amax, b.amax);
+    let n = a.prefix.len().max(b.prefix.len());
+    r.prefix = (0..n)
+        .map(|i| union_key(&a.item_key(i), &b.item_key(i)))
+        .collect();
+    r.items = union_key(&a.items, &b.items);
+    let mut props: Vec<(String, Key)> = Vec::new();
+    for (name, _) in a.props.iter().chain(b.props.iter()) {
+        if props.iter().any(|(n, _)| n == name) {
+            continue;
+        }
+        let (Some(ka), Some(kb)) = (pk(a, name)?, pk(b, name)?) else {
+            return Ok(None);
+        };
+        props.push((name.clone(), union_key(&ka, &kb)));
+    }
+    r.props = props;
+    for q in &b.req {
+        if !r.req.contains(q) {
+            r.req.push(q.clone());
+        }
+    }
+    r.extra = match (&a.extra, &b.extra) {
+        (None, x) | (x, None) => x.clone(),
+        (Some(x), Some(y)) => Some(union_key(x, y)),
+    };
+    r.has_props = a.has_props || b.has_props;
+    r.bad_fmt.extend(b.bad_fmt.iter().cloned());
+    r.pprops.extend(b.pprops.iter().cloned());
+    r.pnames = union_key(&a.pnames, &b.pnames);
+    r.uniq = a.uniq.clone().or_else(|| b.uniq.clone());
+    r.src = match (&a.src, &b.src) {
+        (None, x) | (x, None) => x.clone(),
+        (Some(x), Some(y)) => Some(if y.0 == SourceMode::Words && x.0 != SourceMode::Words {
+            y.clone()
+        } else {
+            x.clone()
+        }),
+    };
+    r.omin = a.omin.max(b.omin);
+    r.omax = min_opt(a.omax, b.omax);
+    r.lits = match (&a.lits, &b.lits) {
+        (None, x) | (x, None) => x.clone(),
+        (Some(x), Some(y)) => Some(
+            x.iter()
+                .filter(|v| y.iter().any(|w| json_eq(v, w)))
+                .cloned()
+                .collect(),
+        ),
+    };
+    if r.t == 0 || r.lits.as_ref().is_some_and(|l| l.is_empty()) {
+        return Ok(Some(None));
+    }
+    Ok(Some(Some(r)))
+}
+
+impl<'a> Builder<'a> {
+    pub(super) fn conj(
+        &mut self,
+        a: Vec<Typed>,
+        b: &[Typed],
+        ptr: &str,
+    ) -> Result<Vec<Typed>, CompileError> {
+        let mut out = Vec::new();
+        for x in &a {
+            self.check_time(ptr)?;
+            for y in b {
+                let r = intersect(x, y, &mut |t: &Typed, n: &str| self.prop_key_full(t, n))
+                    .map_err(|e| at_ptr(e, ptr))?;
+                match r {
+                    Some(Some(z)) => out.push(z),
+                    Some(None) => {}
+                    None => {
+                        return Err(CompileError::Unsupported {
+                            keyword: "patternProperties".into(),
+                            pointer: ptr.to_string(),
+                            why: "a pattern the DFA cannot read decides a merged property".into(),
+                        })
+                    }
+                }
+            }
+            if out.len() > self.cfg.limits.alternatives {
+                break;
+            }
+        }
+        if out.len() > self.cfg.limits.alternatives {
+            return Err(CompileError::Limit {
+                what: "alternatives after distributing anyOf/oneOf/allOf",
+                given: out.len(),
+                limit: self.cfg.limits.alternatives,
+                pointer: ptr.to_string(),
+            });
+        }
+        Ok(out)
+    }
+}
