@@ -550,7 +550,16 @@ fn check_words(t: &Target, trie: &TokTrie) -> PyResult<()> {
 /// # Safety
 /// `addr` must point at `words` writable u32s that nothing else writes meanwhile.
 unsafe fn fill_at(m: &mut CoreMatcher, set: &mut TokenSet, addr: usize, words: usize) {
-    m.compute_mask(set);
+    if m.is_stopped() {
+        // After EOS the row allows EOS alone, as llguidance's does: an engine that still
+        // samples the row (speculative steps) gets EOS again, never a row of -inf.
+        set.clear();
+        for &e in m.trie().eos_ids() {
+            set.allow(e);
+        }
+    } else {
+        m.compute_mask(set);
+    }
     // SAFETY: the caller's promise.
     let out = unsafe { std::slice::from_raw_parts_mut(addr as *mut u32, words) };
     write_words(set, out);
@@ -636,11 +645,15 @@ impl Matcher {
         Ok(())
     }
 
-    /// The allowed token ids, as a list (for tests and small vocabularies).
+    /// The allowed token ids, as a list (for tests and small vocabularies); the same set
+    /// as `fill_mask` writes (after EOS: EOS alone).
     fn allowed_tokens(&self) -> Vec<u32> {
         let mut m = lock(&self.inner);
-        let mut set = TokenSet::new(m.trie().vocab_size());
-        m.compute_mask(&mut set);
+        let n = m.trie().vocab_size();
+        let mut set = TokenSet::new(n);
+        let mut words = vec![0u32; words_for(n)];
+        // SAFETY: `words` is a live buffer of exactly that many words.
+        unsafe { fill_at(&mut m, &mut set, words.as_mut_ptr() as usize, words.len()) };
         set.iter().collect()
     }
 

@@ -4,11 +4,28 @@ then formwork's shortest completion, tokenised by llguidance's tokenizer)."""
 
 import json
 import random
+import re
 
 import numpy as np
 
 # Compact JSON on both sides: no whitespace, "," and ":" (formwork's compact form).
 LL_OPTIONS = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
+
+
+def closed(schema):
+    """The schema with `additionalProperties: false` on every object that lists
+    properties and says nothing of others (or `true`): formwork's documented reading of
+    such an object (it writes no unlisted property; compile.rs module docs), given to llguidance
+    so that policy is not counted as a difference (vLLM's disable_additional_properties
+    does the same)."""
+    if isinstance(schema, dict):
+        out = {k: closed(v) for k, v in schema.items()}
+        if isinstance(schema.get("properties"), dict) and schema.get("additionalProperties", True) is True:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [closed(v) for v in schema]
+    return schema
 
 
 def bits(words, vocab):
@@ -30,15 +47,38 @@ def in_string(prefix: bytes) -> bool:
 NUMBER_BYTES = set(b"0123456789.eE+-")
 
 
-def explain(schema_text: str, prefix: bytes, tok: bytes, llguidance_only: bool, is_eos: bool):
+def key_start(prefix, tok):
+    """Whether `tok` starts or continues an object key (right after `{` or `,`, or as
+    `{"` itself)."""
+    if in_string(prefix):
+        q = prefix.rfind(b'"')
+        return prefix[:q].endswith((b"{", b",")) and not prefix[q + 1:].count(b'"')
+    return (prefix.endswith((b"{", b",")) and tok.startswith(b'"')) or tok.startswith(b'{"')
+
+
+def explain(schema_text, prefix, tok, llguidance_only, is_eos, forced):
     """The documented policy that makes formwork and llguidance differ on this token, or
-    None. Only llguidance-allows/formwork-refuses differences have policies (formwork
-    narrows: ARCHITECTURE.md, grammar/src/compile.rs module docs)."""
+    None (a bug). `forced`: formwork's forced bytes at this step."""
+    s = in_string(prefix)
     if not llguidance_only:
+        # formwork allows, llguidance refuses.
+        if forced and not is_eos and (forced.startswith(tok) or tok.startswith(forced)):
+            return ("forced: where the schema forces bytes, llguidance (canonical tokenizer) "
+                    "allows only the first token of their canonical tokenization; formwork "
+                    "allows every token that spells them")
+        if key_start(prefix, tok) and re.search(r'"(oneOf|anyOf|allOf)"', schema_text):
+            return ("order: under allOf/anyOf/oneOf formwork writes properties in the outer "
+                    "schema's order, llguidance in the branch's")
+        if s and b"\x7f" in tok:
+            return "del: llguidance refuses U+007F raw in strings; JSON (and serde_json) write it raw"
         return None
     if is_eos:
         return None
-    s = in_string(prefix)
+    if key_start(prefix, tok) and '"patternProperties"' in schema_text:
+        return "unlisted: formwork writes no key for patternProperties, llguidance does"
+    if key_start(prefix, tok) and re.search(r'"(oneOf|anyOf|allOf)"', schema_text):
+        return ("order: under allOf/anyOf/oneOf formwork writes properties in the outer "
+                "schema's order, llguidance in the branch's")
     if s and b"\\" in tok:
         return "escape: formwork writes serde_json's escapes only (no \\/, no \\u for printable characters)"
     if not s:
@@ -49,8 +89,6 @@ def explain(schema_text: str, prefix: bytes, tok: bytes, llguidance_only: bool, 
             return "number: formwork writes at most 15 digits, no exponent, no redundant forms"
     if '"format"' in schema_text and s:
         return "format: formwork's formats are sound subsets of their RFCs"
-    if not s and prefix.endswith((b"{", b",")) and tok.startswith(b'"') and '"additionalProperties": false' not in schema_text:
-        return "property: formwork writes unlisted properties only where additionalProperties gives a schema"
     return None
 
 
@@ -69,10 +107,11 @@ def walk(fw_grammar, ll_matcher, lltok, vocab, eos_ids, schema_text, seed, rando
         lb = np.frombuffer(ll_matcher.compute_bitmask(), dtype=np.int32)
         l = bits(lb, vocab)
         steps += 1
+        forced = fm.forced_bytes()
         for t in np.flatnonzero(f != l):
             t = int(t)
             tb = lltok.decode_bytes([t]) if t not in eos_ids else b""
-            why = explain(schema_text, prefix, tb, bool(l[t]), t in eos_ids)
+            why = explain(schema_text, prefix, tb, bool(l[t]), t in eos_ids, forced)
             if why is None:
                 unexplained.append(
                     {"prefix": prefix.decode("utf-8", "replace"), "token": t, "bytes": tb,

@@ -9,7 +9,7 @@ import pytest
 
 import formwork
 from conftest import shared_dir
-from difftools import LL_OPTIONS, walk
+from difftools import LL_OPTIONS, closed, walk
 
 llguidance = pytest.importorskip("llguidance")
 
@@ -40,7 +40,9 @@ def test_rows_equal_llguidance(smollm_files, smollm):
         except formwork.CompileError:
             refused_fw += 1
             continue
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(text, overrides=LL_OPTIONS)
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(
+            json.dumps(closed(json.loads(text))), overrides=LL_OPTIONS
+        )
         lm = llguidance.LLMatcher(lltok, grammar, log_level=0)
         if lm.is_error():
             refused_ll += 1

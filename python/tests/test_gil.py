@@ -86,10 +86,13 @@ def test_pool_and_batch_equal_serial():
 
 def test_gil_is_released_while_filling():
     tok = vocab(seed=8)
-    # Fresh grammars: their caches are cold, so one batched call takes tens of ms.
-    fresh = formwork.Compiler(tok)
-    rows = [(g.matcher(), i) for i, g in enumerate(fresh.json_schema(s) for s in SCHEMAS * 32)]
-    bm = formwork.allocate_bitmask(len(rows), tok.vocab_size)
+    # Cold grammars (a fresh compiler each), compiled before the test starts: their
+    # first masks are computed inside the fill calls.
+    batches = []
+    for _ in range(40):
+        c = formwork.Compiler(tok)
+        batches.append([(c.json_schema(s).matcher(), i) for i, s in enumerate(SCHEMAS)])
+    bm = formwork.allocate_bitmask(len(SCHEMAS), tok.vocab_size)
     ev1, ev2, got = threading.Event(), threading.Event(), []
 
     def waiter():
@@ -110,12 +113,18 @@ def test_gil_is_released_while_filling():
         after_control = list(got)
         time.sleep(0.05)  # lets the waiter take its turn and wait again
         ev2.set()
-        formwork.fill_masks(rows, bm)
+        calls = 0
+        for rows in batches:
+            formwork.fill_masks(rows, bm)
+            calls += 1
+            if len(got) == 2:
+                break
         after_fill = list(got)
     finally:
         sys.setswitchinterval(old)
         ev1.set()
         ev2.set()
         th.join()
+    assert after_control == [1] or after_control == [], after_control
     assert after_control == [], "the control held the GIL: the waiter could not run"
-    assert after_fill == [1, 2], "the waiter ran while fill_masks computed"
+    assert after_fill == [1, 2], f"the waiter ran during one of {calls} fill_masks calls"

@@ -60,7 +60,10 @@ def test_logits_minus_inf_exactly_on_refused():
     assert m.is_terminated()
     bm = formwork.allocate_bitmask(1, tok.vocab_size)
     m.fill_mask(bm, 0)
-    assert not bm.any(), "after EOS nothing is allowed"
+    allowed, _ = unpack(bm[0], tok.vocab_size)
+    assert np.flatnonzero(allowed).tolist() == [eos], "after EOS the row allows EOS alone (as llguidance's)"
+    with pytest.raises(formwork.TokenError, match="after EOS"):
+        m.commit_tokens([ord("x")])
 
 
 def test_targets_are_checked():
