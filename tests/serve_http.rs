@@ -568,3 +568,152 @@ fn shutdown_during_a_running_request_lets_it_finish() {
     assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
     assert!(s.log_lines().iter().any(|l| l["event"] == "shutdown"));
 }
+
+/// The value of the sample `name{labels}` in Prometheus text, whose labels include
+/// every pair of `labels`; None when no such sample is exported (yet).
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (series, value) = l.rsplit_once(' ')?;
+        let (n, rest) = match series.split_once('{') {
+            Some((n, rest)) => (n, rest.strip_suffix('}')?),
+            None => (series, ""),
+        };
+        if n != name {
+            return None;
+        }
+        let have: Vec<(&str, &str)> = rest
+            .split("\",")
+            .filter(|kv| !kv.is_empty())
+            .filter_map(|kv| {
+                let (k, v) = kv.split_once("=\"")?;
+                Some((k, v.trim_end_matches('"')))
+            })
+            .collect();
+        labels
+            .iter()
+            .all(|want| have.contains(want))
+            .then(|| value.parse().ok())
+            .flatten()
+    })
+}
+
+#[test]
+fn metrics_counters_and_latency_histograms_move_after_a_request() {
+    if common::home_with_smollm2().is_none() {
+        return;
+    }
+    let s = Server::start("metrics", &[], &[]);
+    let scrape = || {
+        let r = s.get("/metrics");
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(
+            r.header("content-type")
+                .is_some_and(|c| c.starts_with("text/plain")),
+            "{:?}",
+            r.header("content-type")
+        );
+        r.text()
+    };
+    let cc = [("route", "/v1/chat/completions")];
+    let ok = [("route", "/v1/chat/completions"), ("status", "200")];
+    let before = scrape();
+    let n = |t: &str, name: &str, l: &[(&str, &str)]| sample(t, name, l).unwrap_or(0.0);
+    let req0 = n(&before, "formwork_http_requests_total", &ok);
+    let count0 = n(&before, "formwork_http_request_duration_seconds_count", &cc);
+    let sum0 = n(&before, "formwork_http_request_duration_seconds_sum", &cc);
+    let completion0 = n(&before, "formwork_completion_tokens_total", &[]);
+    let prompt0 = n(&before, "formwork_prompt_tokens_total", &[]);
+    let misses0 = n(&before, "formwork_schema_cache_misses_total", &[]);
+    let hits0 = n(&before, "formwork_schema_cache_hits_total", &[]);
+
+    let body = chat(json!({"max_completion_tokens": 40, "response_format":
+        {"type": "json_schema", "json_schema": {"name": "Person", "schema": person()}}}));
+    let r = s.post("/v1/chat/completions", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let usage = r.json()["usage"].clone();
+    let bad = s.post(
+        "/v1/chat/completions",
+        &json!({"model": TEST_MODEL, "messages": "hi"}),
+    );
+    assert_error(&bad, 400, "invalid_type");
+
+    let after = scrape();
+    assert!(
+        after.contains("# TYPE formwork_http_request_duration_seconds histogram"),
+        "{after}"
+    );
+    assert_eq!(
+        n(&after, "formwork_http_requests_total", &ok),
+        req0 + 1.0,
+        "{after}"
+    );
+    assert_eq!(
+        n(
+            &after,
+            "formwork_http_requests_total",
+            &[("route", "/v1/chat/completions"), ("status", "400")]
+        ),
+        n(
+            &before,
+            "formwork_http_requests_total",
+            &[("route", "/v1/chat/completions"), ("status", "400")]
+        ) + 1.0,
+        "{after}"
+    );
+    // Both requests are in the route's histogram, and the 200 took measurable time.
+    let count = n(&after, "formwork_http_request_duration_seconds_count", &cc);
+    assert_eq!(count, count0 + 2.0, "{after}");
+    assert!(
+        n(&after, "formwork_http_request_duration_seconds_sum", &cc) > sum0,
+        "{after}"
+    );
+    let inf = [("route", "/v1/chat/completions"), ("le", "+Inf")];
+    assert_eq!(
+        n(
+            &after,
+            "formwork_http_request_duration_seconds_bucket",
+            &inf
+        ),
+        count,
+        "{after}"
+    );
+    let fast = [("route", "/v1/chat/completions"), ("le", "0.005")];
+    assert!(
+        n(
+            &after,
+            "formwork_http_request_duration_seconds_bucket",
+            &fast
+        ) < count,
+        "a model answer cannot take under 5 ms: {after}"
+    );
+    // The token counters moved by what the answer's usage says.
+    assert_eq!(
+        n(&after, "formwork_completion_tokens_total", &[]) - completion0,
+        usage["completion_tokens"].as_f64().unwrap(),
+        "{after}"
+    );
+    assert_eq!(
+        n(&after, "formwork_prompt_tokens_total", &[]) - prompt0,
+        usage["prompt_tokens"].as_f64().unwrap(),
+        "{after}"
+    );
+    assert_eq!(
+        n(&after, "formwork_schema_cache_misses_total", &[]),
+        misses0 + 1.0
+    );
+
+    // The same schema again: a cache hit, counted.
+    let r = s.post("/v1/chat/completions", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let third = scrape();
+    assert_eq!(
+        n(&third, "formwork_schema_cache_hits_total", &[]),
+        hits0 + 1.0,
+        "{third}"
+    );
+    assert_eq!(
+        n(&third, "formwork_http_requests_total", &ok),
+        req0 + 2.0,
+        "{third}"
+    );
+}

@@ -52,6 +52,12 @@ use schemas::{Compiled, SchemaCache};
 /// Output tokens when the request names no budget (the context bounds it too).
 pub const DEFAULT_MAX_TOKENS: usize = 1024;
 
+/// The buckets (seconds) of `formwork_http_request_duration_seconds`: from a cached
+/// `/health` to a long answer on a small CPU.
+const LATENCY_BUCKETS_S: &[f64] = &[
+    0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+
 /// Everything `formwork serve` is told on its command line.
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
@@ -155,7 +161,11 @@ async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         ),
         None => Box::new(std::io::stderr()),
     };
+    // Buckets, so the request durations are Prometheus histograms (`_bucket{le=…}`,
+    // `_sum`, `_count`) that a scraper can aggregate, not client-side summaries.
     let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .set_buckets(LATENCY_BUCKETS_S)
+        .map_err(|e| anyhow::anyhow!("metrics buckets: {e}"))?
         .install_recorder()
         .map_err(|e| anyhow::anyhow!("metrics recorder: {e}"))?;
     let state: Shared = Arc::new(AppState {
