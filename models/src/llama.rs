@@ -1,24 +1,27 @@
-//! Llama (SmolLM2 and kin) from a GGUF file on the CPU, in candle's model-file shape: a
-//! `Config` read from the `llama.*` metadata, `ModelWeights::from_gguf`,
-//! `forward(input, index_pos)` and `clear_kv_cache()`.
+//! Llama (SmolLM2 and kin) and Qwen2 from a GGUF file on the CPU, in candle's model-file
+//! shape: a `Config` read from the `llama.*` or `qwen2.*` metadata,
+//! `ModelWeights::from_gguf`, `forward(input, index_pos)` and `clear_kv_cache()`.
 //!
 //! formwork carries its own file for speed on the CPU; `candle_transformers`'
-//! `quantized_llama` stays the path on GPUs and where this one does not apply (see
-//! [`crate::runtime::LlamaBackend`]). Two things cost it time on SmolLM2 Q4_1:
-//! - candle has no SIMD kernel for Q4_1, so the runtime requantised to Q8_0 and moved
-//!   145 MB of weights per token where the file holds 85 MB. Here Q4_1 and Q8_0 tensors
-//!   keep their file bytes and run through [`crate::quant`] (AVX2 / AVX-512 VNNI,
-//!   detected at run time); other types go through candle's `QMatMul`.
-//! - its KV cache grows by `Tensor::cat`, copying the whole cache of every layer at every
-//!   token. Here each layer's cache is a `Vec<f32>` that grows in place.
+//! `quantized_llama` and formwork's candle-tensor `qwen2.rs` stay the paths on GPUs and
+//! where this one does not apply (see [`crate::runtime::Backend`]). Two things cost
+//! those paths time on the CPU:
+//! - candle has no SIMD kernel for Q4_1 or Q5_0, so the runtime requantises them to Q8_0
+//!   (SmolLM2 Q4_1 moved 145 MB of weights per token where the file holds 85 MB; Qwen2.5's
+//!   133 Q5_0 tensors likewise). Here Q4_1, Q5_0, Q8_0, Q4_K and Q6_K tensors keep their
+//!   file bytes and run through [`crate::quant`] (AVX2 / AVX-512 VNNI, detected at run
+//!   time); other types go through candle's `QMatMul`.
+//! - their KV cache grows by `Tensor::cat`, copying the whole cache of every layer at
+//!   every token. Here each layer's cache is a `Vec<f32>` that grows in place.
 //!
-//! One layer, as llama.cpp computes it (`llm_build_llama`):
+//! One layer, as llama.cpp computes it (`llm_build_llama`, `llm_build_qwen2`):
 //!
 //! ```text
 //! x = embed(ids)
 //! per layer:  h = rms(x, attn_norm)
-//!             q, k, v = h Wq, h Wk, h Wv          (GQA: n_kv_head <= n_head)
-//!             q, k = RoPE (interleaved pairs, base llama.rope.freq_base)
+//!             q, k, v = h Wq (+ bq), h Wk (+ bk), h Wv (+ bv)   (biases: Qwen2; GQA: n_kv_head <= n_head)
+//!             q, k = RoPE, base {arch}.rope.freq_base: interleaved pairs (2i, 2i + 1) for
+//!                    llama, NeoX halves (i, i + head_dim / 2) for Qwen2
 //!             x = x + softmax(q k^T / sqrt(head_dim) + causal mask) v Wo
 //!             h = rms(x, ffn_norm);  x = x + (silu(h Wgate) * h Wup) Wdown
 //! logits = rms(x_last, output_norm) Wout     (Wout = output.weight, or token_embd.weight when tied)
@@ -41,9 +44,51 @@ use rayon::prelude::*;
 
 use crate::quant::{axpy, dot_f32, Format, Isa, Q8Acts, QMatrix};
 
-/// The hyper-parameters of a llama model, read from the `llama.*` GGUF metadata.
+/// The model families this file runs: they differ in the layer's details (module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    Llama,
+    Qwen2,
+}
+
+impl Arch {
+    /// The `general.architecture` value, and the prefix of its metadata keys.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Self> {
+        [Arch::Llama, Arch::Qwen2]
+            .into_iter()
+            .find(|a| a.name() == name)
+    }
+
+    /// How RoPE pairs a head's values: the GGUF converter permutes llama's Wq and Wk for
+    /// interleaved pairs, and leaves Qwen2's in the NeoX order (llama.cpp's `rope_type`).
+    pub fn rope(self) -> RopeStyle {
+        match self {
+            Arch::Llama => RopeStyle::Interleaved,
+            Arch::Qwen2 => RopeStyle::Neox,
+        }
+    }
+}
+
+/// Which values of a head RoPE rotates together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Pairs `(2i, 2i + 1)`.
+    Interleaved,
+    /// Pairs `(i, i + head_dim / 2)`.
+    Neox,
+}
+
+/// The hyper-parameters of a model, read from the `{arch}.*` GGUF metadata.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
+    pub arch: Arch,
     pub vocab_size: usize,
     pub hidden_size: usize,
     pub num_hidden_layers: usize,
@@ -52,7 +97,9 @@ pub struct Config {
     pub head_dim: usize,
     pub rms_norm_eps: f32,
     pub rope_theta: f32,
-    /// `llama.context_length`; positions past it are refused.
+    /// Linear RoPE scaling (`{arch}.rope.scaling.factor` with type `linear`, else 1).
+    pub rope_scaling_factor: f32,
+    /// `{arch}.context_length`; positions past it are refused.
     pub context_length: usize,
 }
 
@@ -61,51 +108,107 @@ fn bail<T>(msg: String) -> Result<T> {
 }
 
 impl Config {
-    /// Read and check the metadata; a model this file cannot run (experts, partial RoPE)
-    /// is an error that names the key.
+    /// Read and check the metadata; a model this file cannot run (another architecture,
+    /// experts, partial RoPE) is an error that names the key.
     pub fn from_gguf(ct: &gguf_file::Content) -> Result<Self> {
-        let get = |k: &str| match ct.metadata.get(k) {
-            Some(v) => v.to_u64().map(|v| v as usize),
-            None => bail(format!("GGUF metadata `{k}` is missing")),
+        let arch_name = match ct.metadata.get("general.architecture") {
+            Some(v) => v.to_string()?.clone(),
+            None => return bail("GGUF metadata `general.architecture` is missing".into()),
         };
-        let getf = |k: &str, default: f32| match ct.metadata.get(k) {
-            Some(v) => v.to_f32(),
-            None => Ok(default),
+        let Some(arch) = Arch::from_name(&arch_name) else {
+            return bail(format!(
+                "GGUF metadata `general.architecture` is `{arch_name}`; formwork's CPU model file runs llama and qwen2"
+            ));
         };
-        let experts = ct
-            .metadata
-            .get("llama.expert_count")
+        let a = arch.name();
+        let value = |k: &str| ct.metadata.get(&format!("{a}.{k}"));
+        let wrap = |k: &str, e: candle_core::Error| {
+            candle_core::Error::Msg(format!("GGUF metadata `{a}.{k}`: {e}"))
+        };
+        let get = |k: &str| match value(k) {
+            Some(v) => v.to_u64().map(|v| v as usize).map_err(|e| wrap(k, e)),
+            None => bail(format!("GGUF metadata `{a}.{k}` is missing")),
+        };
+        let opt_f32 = |k: &str| -> Result<Option<f32>> {
+            value(k)
+                .map(|v| v.to_f32().map_err(|e| wrap(k, e)))
+                .transpose()
+        };
+        let experts = value("expert_count")
             .and_then(|v| v.to_u64().ok())
             .unwrap_or(0);
         if experts > 0 {
             return bail(format!(
-                "llama.expert_count is {experts}: mixture-of-experts models run on candle's quantized_llama"
+                "{a}.expert_count is {experts}: formwork's CPU model file runs no mixture-of-experts models"
             ));
         }
-        let hidden_size = get("llama.embedding_length")?;
-        let num_attention_heads = get("llama.attention.head_count")?;
-        let num_key_value_heads = get("llama.attention.head_count_kv")?;
+        let hidden_size = get("embedding_length")?;
+        let num_attention_heads = get("attention.head_count")?;
+        let num_key_value_heads = get("attention.head_count_kv")?;
         if num_attention_heads == 0
             || num_key_value_heads == 0
             || num_attention_heads % num_key_value_heads != 0
             || hidden_size % num_attention_heads != 0
         {
             return bail(format!(
-                "llama.attention.head_count {num_attention_heads} and head_count_kv {num_key_value_heads} do not divide the embedding length {hidden_size}"
+                "{a}.attention.head_count {num_attention_heads} and head_count_kv {num_key_value_heads} do not divide the embedding length {hidden_size}"
             ));
         }
-        let head_dim = hidden_size / num_attention_heads;
+        let head_dim = match value("attention.key_length") {
+            Some(_) => get("attention.key_length")?,
+            None => hidden_size / num_attention_heads,
+        };
+        if head_dim * num_attention_heads != hidden_size {
+            return bail(format!(
+                "{a}.attention.key_length {head_dim} times head_count {num_attention_heads} is not the embedding length {hidden_size}"
+            ));
+        }
         if head_dim % 2 != 0 {
             return bail(format!(
-                "the head size {head_dim} (llama.embedding_length / head_count) is odd; RoPE needs pairs"
+                "the head size {head_dim} ({a}.embedding_length / head_count) is odd; RoPE needs pairs"
             ));
         }
-        let rope_dim = get("llama.rope.dimension_count")?;
-        if rope_dim != head_dim {
-            return bail(format!(
-                "llama.rope.dimension_count {rope_dim} differs from the head size {head_dim}; partial RoPE runs on candle's quantized_llama"
-            ));
+        if value("rope.dimension_count").is_some() {
+            let rope_dim = get("rope.dimension_count")?;
+            if rope_dim != head_dim {
+                return bail(format!(
+                    "{a}.rope.dimension_count {rope_dim} differs from the head size {head_dim}; formwork's CPU model file runs no partial RoPE"
+                ));
+            }
         }
+        let rope_scaling_factor = match value("rope.scaling.type") {
+            None => 1.0,
+            Some(v) => match v.to_string().map_err(|e| wrap("rope.scaling.type", e))?.as_str() {
+                "none" => 1.0,
+                "linear" => match opt_f32("rope.scaling.factor")? {
+                    Some(f) if f > 0.0 => f,
+                    _ => 1.0,
+                },
+                other => {
+                    return bail(format!(
+                        "GGUF metadata `{a}.rope.scaling.type`: `{other}` is not supported (formwork runs `none` and `linear`)"
+                    ))
+                }
+            },
+        };
+        // llama.cpp's defaults where a llama file leaves a key out; Qwen2 files carry them.
+        let (rms_norm_eps, context_length) = match arch {
+            Arch::Llama => (
+                opt_f32("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5),
+                get("context_length").unwrap_or(4096),
+            ),
+            Arch::Qwen2 => (
+                match opt_f32("attention.layer_norm_rms_epsilon")? {
+                    Some(e) => e,
+                    None => {
+                        return bail(format!(
+                            "GGUF metadata `{a}.attention.layer_norm_rms_epsilon` is missing"
+                        ))
+                    }
+                },
+                get("context_length")?,
+            ),
+        };
         let vocab_size = ct
             .tensor_infos
             .get("token_embd.weight")
@@ -114,15 +217,17 @@ impl Config {
                 candle_core::Error::Msg("GGUF tensor `token_embd.weight` is missing".into())
             })?;
         Ok(Self {
+            arch,
             vocab_size,
             hidden_size,
-            num_hidden_layers: get("llama.block_count")?,
+            num_hidden_layers: get("block_count")?,
             num_attention_heads,
             num_key_value_heads,
             head_dim,
-            rms_norm_eps: getf("llama.attention.layer_norm_rms_epsilon", 1e-5)?,
-            rope_theta: getf("llama.rope.freq_base", 10_000.0)?,
-            context_length: get("llama.context_length").unwrap_or(4096),
+            rms_norm_eps,
+            rope_theta: opt_f32("rope.freq_base")?.unwrap_or(10_000.0),
+            rope_scaling_factor,
+            context_length,
         })
     }
 
@@ -131,12 +236,16 @@ impl Config {
     }
 }
 
-/// A weight matrix: the file's Q4_1 / Q8_0 blocks through our kernels, anything else
-/// through candle.
+/// A weight matrix: the file's blocks through our kernels when [`crate::quant`] has them
+/// (Q4_1, Q5_0, Q8_0, Q4_K, Q6_K), anything else through candle.
 #[derive(Debug, Clone)]
 enum Linear {
     Own(Arc<QMatrix>),
-    Candle { mm: QMatMul, rows: usize },
+    Candle {
+        mm: QMatMul,
+        rows: usize,
+        cols: usize,
+    },
 }
 
 impl Linear {
@@ -144,11 +253,14 @@ impl Linear {
         let (rows, cols) = q.shape().dims2()?;
         let format = match q.dtype() {
             GgmlDType::Q4_1 => Some(Format::Q4_1),
+            GgmlDType::Q5_0 => Some(Format::Q5_0),
             GgmlDType::Q8_0 => Some(Format::Q8_0),
+            GgmlDType::Q4K => Some(Format::Q4_K),
+            GgmlDType::Q6K => Some(Format::Q6_K),
             _ => None,
         };
         match format {
-            Some(f) if cols % crate::quant::QK == 0 => {
+            Some(f) if cols % f.block_elems() == 0 => {
                 let data = q.data()?.into_owned();
                 let m = QMatrix::new(f, rows, cols, data).map_err(candle_core::Error::Msg)?;
                 Ok(Self::Own(Arc::new(m)))
@@ -156,6 +268,7 @@ impl Linear {
             _ => Ok(Self::Candle {
                 mm: QMatMul::from_qtensor(q)?,
                 rows,
+                cols,
             }),
         }
     }
@@ -164,6 +277,13 @@ impl Linear {
         match self {
             Self::Own(m) => m.rows(),
             Self::Candle { rows, .. } => *rows,
+        }
+    }
+
+    fn cols(&self) -> usize {
+        match self {
+            Self::Own(m) => m.cols(),
+            Self::Candle { cols, .. } => *cols,
         }
     }
 }
@@ -181,6 +301,8 @@ struct Layer {
     wq: Linear,
     wk: Linear,
     wv: Linear,
+    /// `attn_q.bias`, `attn_k.bias`, `attn_v.bias` (Qwen2), when the file has them.
+    bias: Option<[Vec<f32>; 3]>,
     wo: Linear,
     ffn_norm: Vec<f32>,
     gate: Linear,
@@ -235,7 +357,7 @@ fn pool() -> Option<&'static rayon::ThreadPool> {
         }
         rayon::ThreadPoolBuilder::new()
             .num_threads(n)
-            .thread_name(|i| format!("formwork-llama-{i}"))
+            .thread_name(|i| format!("formwork-cpu-{i}"))
             .build()
             .ok()
     })
@@ -265,14 +387,25 @@ impl ModelWeights {
     ) -> Result<Self> {
         if !device.is_cpu() {
             return bail(format!(
-                "formwork's llama model runs on the CPU only, not {device:?}"
+                "formwork's CPU model file runs on the CPU only, not {device:?}"
             ));
         }
         let cfg = Config::from_gguf(&ct)?;
         let cpu = Device::Cpu;
-        let mut tensor = |name: &str| ct.tensor(reader, name, &cpu);
-        let vector =
-            |q: QTensor| -> Result<Vec<f32>> { q.dequantize(&cpu)?.flatten_all()?.to_vec1() };
+        let mut tensor = |name: &str| {
+            ct.tensor(reader, name, &cpu)
+                .map_err(|e| candle_core::Error::Msg(format!("GGUF tensor `{name}`: {e}")))
+        };
+        let vector = |q: QTensor, name: &str, len: usize| -> Result<Vec<f32>> {
+            let v: Vec<f32> = q.dequantize(&cpu)?.flatten_all()?.to_vec1()?;
+            if v.len() != len {
+                return bail(format!(
+                    "GGUF tensor `{name}` has {} values, expected {len}",
+                    v.len()
+                ));
+            }
+            Ok(v)
+        };
 
         let embd = tensor("token_embd.weight")?;
         let (rows, cols) = embd.shape().dims2()?;
@@ -288,63 +421,89 @@ impl ModelWeights {
             Linear::Candle { .. } => {
                 let q = tensor("token_embd.weight")?;
                 Embedding::F32 {
-                    table: Arc::new(vector(q)?),
+                    table: Arc::new(vector(q, "token_embd.weight", rows * cols)?),
                     cols,
                 }
             }
         };
-        let output = match tensor("output.weight") {
-            Ok(q) => Linear::new(q)?,
-            Err(_) => embd_linear,
+        let output = if ct.tensor_infos.contains_key("output.weight") {
+            Linear::new(tensor("output.weight")?)?
+        } else {
+            embd_linear
         };
-        let norm = vector(tensor("output_norm.weight")?)?;
+        let dim = cfg.hidden_size;
+        let kv = cfg.kv_dim();
+        let norm = vector(tensor("output_norm.weight")?, "output_norm.weight", dim)?;
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
             let p = format!("blk.{i}");
-            let mut lin =
-                |n: &str| -> Result<Linear> { Linear::new(tensor(&format!("{p}.{n}.weight"))?) };
-            let wq = lin("attn_q")?;
-            let wk = lin("attn_k")?;
-            let wv = lin("attn_v")?;
-            let wo = lin("attn_output")?;
-            let gate = lin("ffn_gate")?;
-            let up = lin("ffn_up")?;
-            let down = lin("ffn_down")?;
+            let mut lin = |n: &str| -> Result<Linear> { Linear::new(tensor(&format!("{p}.{n}"))?) };
+            let wq = lin("attn_q.weight")?;
+            let wk = lin("attn_k.weight")?;
+            let wv = lin("attn_v.weight")?;
+            let wo = lin("attn_output.weight")?;
+            let gate = lin("ffn_gate.weight")?;
+            let up = lin("ffn_up.weight")?;
+            let down = lin("ffn_down.weight")?;
+            let mut vec_of = |n: &str, len: usize| -> Result<Vec<f32>> {
+                let name = format!("{p}.{n}");
+                vector(tensor(&name)?, &name, len)
+            };
+            let bias = if ct.tensor_infos.contains_key(&format!("{p}.attn_q.bias")) {
+                Some([
+                    vec_of("attn_q.bias", dim)?,
+                    vec_of("attn_k.bias", kv)?,
+                    vec_of("attn_v.bias", kv)?,
+                ])
+            } else {
+                None
+            };
             layers.push(Layer {
-                attn_norm: vector(tensor(&format!("{p}.attn_norm.weight"))?)?,
-                ffn_norm: vector(tensor(&format!("{p}.ffn_norm.weight"))?)?,
+                attn_norm: vec_of("attn_norm.weight", dim)?,
+                ffn_norm: vec_of("ffn_norm.weight", dim)?,
                 wq,
                 wk,
                 wv,
+                bias,
                 wo,
                 gate,
                 up,
                 down,
             });
         }
-        let kv = cfg.kv_dim();
         for (i, l) in layers.iter().enumerate() {
+            let ffn = l.gate.rows();
             let want = [
-                ("attn_q", &l.wq, cfg.hidden_size),
-                ("attn_k", &l.wk, kv),
-                ("attn_v", &l.wv, kv),
-                ("attn_output", &l.wo, cfg.hidden_size),
-                ("ffn_up", &l.up, l.gate.rows()),
-                ("ffn_down", &l.down, cfg.hidden_size),
+                ("attn_q", &l.wq, dim, dim),
+                ("attn_k", &l.wk, kv, dim),
+                ("attn_v", &l.wv, kv, dim),
+                ("attn_output", &l.wo, dim, dim),
+                ("ffn_gate", &l.gate, ffn, dim),
+                ("ffn_up", &l.up, ffn, dim),
+                ("ffn_down", &l.down, dim, ffn),
             ];
-            for (name, lin, rows) in want {
-                if lin.rows() != rows {
+            for (name, lin, rows, cols) in want {
+                if (lin.rows(), lin.cols()) != (rows, cols) {
                     return bail(format!(
-                        "blk.{i}.{name}.weight has {} rows, expected {rows}",
-                        lin.rows()
+                        "blk.{i}.{name}.weight is {} x {}, expected {rows} x {cols}",
+                        lin.rows(),
+                        lin.cols()
                     ));
                 }
             }
         }
+        if (output.rows(), output.cols()) != (cfg.vocab_size, dim) {
+            return bail(format!(
+                "output.weight is {} x {}, expected {} x {dim}",
+                output.rows(),
+                output.cols(),
+                cfg.vocab_size
+            ));
+        }
         let hd = cfg.head_dim;
         let inv_freq = (0..hd)
             .step_by(2)
-            .map(|i| 1f32 / cfg.rope_theta.powf(i as f32 / hd as f32))
+            .map(|i| 1f32 / cfg.rope_theta.powf(i as f32 / hd as f32) / cfg.rope_scaling_factor)
             .collect();
         let n_layers = cfg.num_hidden_layers;
         Ok(Self {
@@ -471,9 +630,16 @@ fn forward_impl(
     let mut h = vec![0f32; n * dim];
     for (layer, c) in w.layers.iter().zip(cache.iter_mut()) {
         rms_norm(&x, &layer.attn_norm, cfg.rms_norm_eps, &mut h);
-        let [mut q, mut k, v] = project(isa, [&layer.wq, &layer.wk, &layer.wv], &h, n, &mut acts)?;
-        rope(&mut q, cfg.head_dim, &cos, &sin);
-        rope(&mut k, cfg.head_dim, &cos, &sin);
+        let [mut q, mut k, mut v] =
+            project(isa, [&layer.wq, &layer.wk, &layer.wv], &h, n, &mut acts)?;
+        if let Some([bq, bk, bv]) = &layer.bias {
+            add_rows(&mut q, bq);
+            add_rows(&mut k, bk);
+            add_rows(&mut v, bv);
+        }
+        let style = cfg.arch.rope();
+        rope(style, &mut q, cfg.head_dim, &cos, &sin);
+        rope(style, &mut k, cfg.head_dim, &cos, &sin);
         c.k.extend_from_slice(&k);
         c.v.extend_from_slice(&v);
         let att = attention(isa, cfg, &q, c, pos, n);
@@ -501,6 +667,13 @@ fn add(x: &mut [f32], y: &[f32]) {
     }
 }
 
+/// `b` added to each row of `x`.
+fn add_rows(x: &mut [f32], b: &[f32]) {
+    for row in x.chunks_exact_mut(b.len()) {
+        add(row, b);
+    }
+}
+
 /// Row-wise RMS norm of `x` (rows of `w.len()`), times `w`.
 fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let dim = w.len();
@@ -513,8 +686,8 @@ fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
-/// Interleaved RoPE (pairs `2i, 2i + 1` of each head), row `t` at the `t`-th new position.
-fn rope(x: &mut [f32], hd: usize, cos: &[f32], sin: &[f32]) {
+/// RoPE of `style` on each head of each row; row `t` is at the `t`-th new position.
+fn rope(style: RopeStyle, x: &mut [f32], hd: usize, cos: &[f32], sin: &[f32]) {
     let half = hd / 2;
     let rows = cos.len() / half;
     let width = x.len() / rows;
@@ -524,10 +697,22 @@ fn rope(x: &mut [f32], hd: usize, cos: &[f32], sin: &[f32]) {
             &sin[t * half..(t + 1) * half],
         );
         for head in row.chunks_exact_mut(hd) {
-            for (i, pair) in head.chunks_exact_mut(2).enumerate() {
-                let (a, b) = (pair[0], pair[1]);
-                pair[0] = a * c[i] - b * s[i];
-                pair[1] = a * s[i] + b * c[i];
+            match style {
+                RopeStyle::Interleaved => {
+                    for (i, pair) in head.chunks_exact_mut(2).enumerate() {
+                        let (a, b) = (pair[0], pair[1]);
+                        pair[0] = a * c[i] - b * s[i];
+                        pair[1] = a * s[i] + b * c[i];
+                    }
+                }
+                RopeStyle::Neox => {
+                    let (lo, hi) = head.split_at_mut(half);
+                    for i in 0..half {
+                        let (a, b) = (lo[i], hi[i]);
+                        lo[i] = a * c[i] - b * s[i];
+                        hi[i] = a * s[i] + b * c[i];
+                    }
+                }
             }
         }
     }

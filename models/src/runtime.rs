@@ -14,18 +14,19 @@
 //! near-lossless). SmolLM2 Q4_1 then decodes about 4x faster. [`LoadOptions::requantize`]
 //! turns it off. Only on the CPU: candle's CUDA and Metal kernels take those types as stored.
 //!
-//! ## Llama on the CPU
-//! A `llama` model on the CPU runs through formwork's own model file ([`crate::llama`]),
-//! which computes Q4_1 tensors from the file's 4-bit blocks with AVX2 / AVX-512 VNNI
-//! kernels and keeps a KV cache that grows in place; Q4_1 is then not requantised.
-//! [`LoadOptions::llama`] chooses: [`LlamaBackend::Auto`] takes it on a CPU that has the
-//! SIMD kernels (x86-64 with AVX2, FMA and F16C) and candle's `quantized_llama` elsewhere
-//! (GPUs, ARM, old x86), where the requantisation above still applies on the CPU.
+//! ## Llama and Qwen2 on the CPU
+//! A `llama` or `qwen2` model on the CPU runs through formwork's own model file
+//! ([`crate::llama`]), which computes Q4_1, Q5_0, Q8_0, Q4_K and Q6_K tensors from the
+//! file's blocks with AVX2 / AVX-512 VNNI kernels and keeps a KV cache that grows in place;
+//! Q4_1 and Q5_0 are then not requantised. [`LoadOptions::backend`] chooses:
+//! [`Backend::Auto`] takes it on a CPU that has the SIMD kernels (x86-64 with AVX2, FMA
+//! and F16C) and the candle paths elsewhere (GPUs, ARM, old x86): `quantized_llama` for
+//! llama, [`crate::qwen2`] for Qwen2, with the requantisation above on the CPU.
 //!
 //! ## On a GPU
 //! `--device cuda` runs every architecture on the GPU: llama through candle's
-//! `quantized_llama`, Gemma 3 and Qwen2 through their own files, which use only candle
-//! tensor ops and `QMatMul` and so run on any device. A forward pass returns the last
+//! `quantized_llama`, Gemma 3 and Qwen2 through their candle-tensor files (`gemma3.rs`,
+//! `qwen2.rs`), which use only candle tensor ops and `QMatMul` and so run on any device. A forward pass returns the last
 //! position's logits as a `Vec<f32>` on the host, where the token mask is applied: one copy
 //! of `vocab` floats per pass (0.2 MB for SmolLM2, 1 MB for Gemma 3), timed apart from the
 //! compute in [`ForwardTimings`] (`formwork generate --verbose` prints both).
@@ -296,15 +297,15 @@ impl std::fmt::Debug for LoadedModel {
     }
 }
 
-/// Which model file runs a `llama` GGUF (see the module doc).
+/// Which model file runs a `llama` or `qwen2` GGUF (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum LlamaBackend {
+pub enum Backend {
     /// formwork's own on a CPU with its SIMD kernels, else candle's.
     #[default]
     Auto,
     /// formwork's own ([`crate::llama`]); CPU only (its scalar kernel where there is no SIMD).
     Formwork,
-    /// candle-transformers' `quantized_llama`.
+    /// The candle-tensor paths: candle-transformers' `quantized_llama`, [`crate::qwen2`].
     Candle,
 }
 
@@ -313,9 +314,10 @@ pub enum LlamaBackend {
 pub struct LoadOptions {
     pub device: DeviceChoice,
     /// Requantise Q4_1 / Q5_0 / Q5_1 tensors to Q8_0 at load (see the module doc); Q4_1
-    /// stays as stored when formwork's llama model runs it.
+    /// and Q5_0 stay as stored when formwork's own model file runs them.
     pub requantize: bool,
-    pub llama: LlamaBackend,
+    /// For `llama` and `qwen2` files: formwork's own CPU model file or candle's path.
+    pub backend: Backend,
 }
 
 impl Default for LoadOptions {
@@ -323,7 +325,7 @@ impl Default for LoadOptions {
         Self {
             device: DeviceChoice::Auto,
             requantize: true,
-            llama: LlamaBackend::Auto,
+            backend: Backend::Auto,
         }
     }
 }
@@ -367,14 +369,14 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
     let tokenizer = GgufTokenizer::from_gguf(&gguf.content).map_err(|e| file_err(one_line(&e)))?;
     let picked = options.device.pick()?;
     let device = picked.device;
-    let own_llama = arch == "llama"
-        && match options.llama {
-            LlamaBackend::Candle => false,
-            LlamaBackend::Auto => device.is_cpu() && crate::quant::Isa::detect().is_simd(),
-            LlamaBackend::Formwork => {
+    let own = matches!(arch.as_str(), "llama" | "qwen2")
+        && match options.backend {
+            Backend::Candle => false,
+            Backend::Auto => device.is_cpu() && crate::quant::Isa::detect().is_simd(),
+            Backend::Formwork => {
                 if !device.is_cpu() {
                     return Err(ModelError::Device(format!(
-                        "formwork's llama model runs on the CPU only, not {device:?}; use --device cpu"
+                        "formwork's own {arch} model runs on the CPU only, not {device:?}; use --device cpu"
                     )));
                 }
                 true
@@ -382,16 +384,20 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
         };
     // Only the CPU lacks the kernels; candle's CUDA and Metal kernels run Q4_1 / Q5_x as stored.
     if options.requantize && device.is_cpu() {
-        // formwork's llama model has its own Q4_1 kernel; the others still go to Q8_0.
-        let keep: &[GgmlDType] = if own_llama { &[GgmlDType::Q4_1] } else { &[] };
+        // formwork's own model file has Q4_1 and Q5_0 kernels; Q5_1 still goes to Q8_0.
+        let keep: &[GgmlDType] = if own {
+            &[GgmlDType::Q4_1, GgmlDType::Q5_0]
+        } else {
+            &[]
+        };
         gguf.requantize_slow_tensors(keep)?;
     }
     let context_length = gguf.context_length(&arch);
     let (model, context_length): (Box<dyn LanguageModel>, usize) = match arch.as_str() {
-        "llama" if own_llama => {
+        "llama" | "qwen2" if own => {
             let weights =
                 crate::llama::ModelWeights::from_gguf(gguf.content, &mut gguf.reader, &device)
-                    .map_err(|e| file_err(format!("loading llama weights: {}", one_line(&e))))?;
+                    .map_err(|e| file_err(format!("loading {arch} weights: {}", one_line(&e))))?;
             let vocab = weights.config().vocab_size;
             let ctx = weights.config().context_length;
             (

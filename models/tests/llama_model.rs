@@ -12,7 +12,7 @@ use candle_core::quantized::gguf_file;
 use candle_core::Device;
 use formwork_models::llama::ModelWeights;
 use formwork_models::quant::Isa;
-use formwork_models::runtime::{load_with, DeviceChoice, LlamaBackend, LoadOptions, LoadedModel};
+use formwork_models::runtime::{load_with, Backend, DeviceChoice, LoadOptions, LoadedModel};
 
 const TEXT: &str = "<|im_start|>system\nYou extract facts as JSON.<|im_end|>\n<|im_start|>user\n\
 The Eiffel Tower, completed in 1889 for the World's Fair in Paris, is 330 metres tall and was \
@@ -21,13 +21,13 @@ world until the Chrysler Building in New York was finished in 1930. Give its nam
 height.<|im_end|>\n<|im_start|>assistant\n{\"name\": \"Eiffel Tower\", \"city\": \"Paris\", \"year\": 1889, \
 \"height_m\": 330, \"designer\": \"Gustave Eiffel\", \"tallest_until\": 1930}<|im_end|>\n";
 
-fn load(backend: LlamaBackend) -> Option<LoadedModel> {
+fn load(backend: Backend) -> Option<LoadedModel> {
     if !common::smollm2_present() {
         return None;
     }
     let options = LoadOptions {
         device: DeviceChoice::Cpu,
-        llama: backend,
+        backend,
         ..LoadOptions::default()
     };
     Some(load_with("smollm2-135m", options).expect("load smollm2"))
@@ -36,7 +36,7 @@ fn load(backend: LlamaBackend) -> Option<LoadedModel> {
 /// formwork's own model, loaded once; tests take snapshots of it.
 fn ours() -> Option<MutexGuard<'static, LoadedModel>> {
     static M: OnceLock<Option<Mutex<LoadedModel>>> = OnceLock::new();
-    let m = M.get_or_init(|| load(LlamaBackend::Formwork).map(Mutex::new));
+    let m = M.get_or_init(|| load(Backend::Formwork).map(Mutex::new));
     Some(m.as_ref()?.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
@@ -51,7 +51,7 @@ fn text_ids(m: &LoadedModel) -> Vec<u32> {
 #[test]
 fn teacher_forced_argmax_agrees_with_candle() {
     let Some(m) = ours() else { return };
-    let candle = load(LlamaBackend::Candle).unwrap();
+    let candle = load(Backend::Candle).unwrap();
     let ids = text_ids(&m);
     let steps = 64;
     let start = ids.len() - steps;

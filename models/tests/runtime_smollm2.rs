@@ -6,7 +6,7 @@ mod common;
 use std::sync::{Mutex, OnceLock};
 
 use formwork_models::runtime::{
-    load_with, DeviceChoice, LanguageModel, LlamaBackend, LoadOptions, LoadedModel,
+    load_with, Backend, DeviceChoice, LanguageModel, LoadOptions, LoadedModel,
 };
 
 /// The model loaded once for this file (requantised, CPU), or None when it is absent.
@@ -144,7 +144,7 @@ fn requantised_model_agrees_with_the_original() {
     let options = LoadOptions {
         device: DeviceChoice::Cpu,
         requantize: false,
-        llama: LlamaBackend::Candle,
+        backend: Backend::Candle,
     };
     let mut orig = load_with("smollm2-135m", options).unwrap();
     let mut m = load_with(
