@@ -19,25 +19,11 @@ Usage: scripts/null_bias_sweep.py DATASET.jsonl REPORT.json [--mode masked] [B .
 """
 import copy
 import json
+import os
 import sys
 
-def leaves(v, p=""):
-    if isinstance(v, dict) and v:
-        for k, x in v.items():
-            yield from leaves(x, p + "/" + k.replace("~", "~0").replace("/", "~1"))
-    else:
-        yield p, v
-
-def get(v, ptr):
-    for part in ptr.split("/")[1:]:
-        part = part.replace("~1", "/").replace("~0", "~")
-        if isinstance(v, list) and part.isdigit() and int(part) < len(v):
-            v = v[int(part)]
-        elif isinstance(v, dict) and part in v:
-            v = v[part]
-        else:
-            return None
-    return v
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rescore_report import empty, equal, get, leaves  # the bench's scoring rules, once
 
 def set_null(v, ptr):
     parts = [p.replace("~1", "/").replace("~0", "~") for p in ptr.split("/")[1:]]
@@ -53,18 +39,6 @@ def set_null(v, ptr):
         v[last] = None
     elif isinstance(v, list) and last is not None and last.isdigit() and int(last) < len(v):
         v[int(last)] = None
-
-def empty(v):
-    return v is None or v is False
-
-def equal(a, b):
-    if isinstance(a, str) and isinstance(b, str):
-        return a.strip().lower() == b.strip().lower()
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a is b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return float(a) == float(b)
-    return a == b
 
 def score(records, gold, bias):
     m = dict(total=0, right=0, gold_empty=0, hit=0, wrong=0, ff=0, miss=0, emp=0, flips=0)

@@ -19,9 +19,12 @@ def leaves(v, p=""):
 def get(v, ptr):
     for part in ptr.split("/")[1:]:
         part = part.replace("~1", "/").replace("~0", "~")
-        if not isinstance(v, dict) or part not in v:
+        if isinstance(v, list) and part.isdigit() and int(part) < len(v):
+            v = v[int(part)]
+        elif isinstance(v, dict) and part in v:
+            v = v[part]
+        else:
             return None
-        v = v[part]
     return v
 
 def empty(v):
@@ -82,55 +85,59 @@ def free_text_pointers(schema):
     walk(schema, "")
     return out
 
-gold = {}
-texts = {}
-schemas = {}
-for line in open(sys.argv[1]):
-    if line.strip():
-        d = json.loads(line)
-        gold[d["id"]] = d["expected"]
-        texts[d["id"]] = d["text"]
-        schemas[d["id"]] = d["schema"]
-report = json.load(open(sys.argv[2]))
-only = None
-if len(sys.argv) > 3:
-    only = {r["id"] for r in json.load(open(sys.argv[3]))["records"]}
-modes = {}
-for r in report["records"]:
-    if only is not None and r["id"] not in only:
-        continue
-    m = modes.setdefault(r["mode"], dict(n=0, total=0, right=0, gold_empty=0, hit=0, wrong=0, ff=0, miss=0, emp=0, ft=0, nit=0))
-    m["n"] += 1
-    conforming = r["verdict"] in ("valid", "semantic_invalid")
-    value = r["value"] if conforming else None
-    if value is not None:
-        for ptr in free_text_pointers(schemas[r["id"]]):
-            x = get(value, ptr)
-            if isinstance(x, str) and x != "":
-                m["ft"] += 1
-                m["nit"] += x not in texts[r["id"]]
-    for ptr, g in leaves(gold[r["id"]]):
-        p = get(value, ptr) if value is not None else None
-        m["total"] += 1
-        m["right"] += r["field_hits"].get(ptr, False)
-        m["gold_empty"] += empty(g)
-        if empty(g) and empty(p):
-            m["emp"] += 1
-        elif empty(g):
-            m["ff"] += 1
-        elif empty(p):
-            m["miss"] += 1
-        elif equal(p, g):
-            m["hit"] += 1
-        else:
-            m["wrong"] += 1
-print("| mode | records | field acc. | all-null | slot P | slot R | slot F1 | false fills | misses | not in text |")
-print("|---|---|---|---|---|---|---|---|---|---|")
-for mode, m in modes.items():
-    pred = m["hit"] + m["wrong"] + m["ff"]
-    goldf = m["hit"] + m["wrong"] + m["miss"]
-    P = m["hit"] / pred if pred else float("nan")
-    R = m["hit"] / goldf if goldf else float("nan")
-    F = 2 * m["hit"] / (pred + goldf) if pred + goldf else float("nan")
-    print(f"| {mode} | {m['n']} | {100*m['right']/m['total']:.1f}% | {100*m['gold_empty']/m['total']:.1f}% | "
-          f"{P:.2f} | {R:.2f} | {F:.2f} | {100*m['ff']/(m['ff']+m['emp']):.1f}% | {100*m['miss']/goldf:.1f}% | {m['nit']} of {m['ft']} |")
+def main():
+    gold = {}
+    texts = {}
+    schemas = {}
+    for line in open(sys.argv[1]):
+        if line.strip():
+            d = json.loads(line)
+            gold[d["id"]] = d["expected"]
+            texts[d["id"]] = d["text"]
+            schemas[d["id"]] = d["schema"]
+    report = json.load(open(sys.argv[2]))
+    only = None
+    if len(sys.argv) > 3:
+        only = {r["id"] for r in json.load(open(sys.argv[3]))["records"]}
+    modes = {}
+    for r in report["records"]:
+        if only is not None and r["id"] not in only:
+            continue
+        m = modes.setdefault(r["mode"], dict(n=0, total=0, right=0, gold_empty=0, hit=0, wrong=0, ff=0, miss=0, emp=0, ft=0, nit=0))
+        m["n"] += 1
+        conforming = r["verdict"] in ("valid", "semantic_invalid")
+        value = r["value"] if conforming else None
+        if value is not None:
+            for ptr in free_text_pointers(schemas[r["id"]]):
+                x = get(value, ptr)
+                if isinstance(x, str) and x != "":
+                    m["ft"] += 1
+                    m["nit"] += x not in texts[r["id"]]
+        for ptr, g in leaves(gold[r["id"]]):
+            p = get(value, ptr) if value is not None else None
+            m["total"] += 1
+            m["right"] += r["field_hits"].get(ptr, False)
+            m["gold_empty"] += empty(g)
+            if empty(g) and empty(p):
+                m["emp"] += 1
+            elif empty(g):
+                m["ff"] += 1
+            elif empty(p):
+                m["miss"] += 1
+            elif equal(p, g):
+                m["hit"] += 1
+            else:
+                m["wrong"] += 1
+    print("| mode | records | field acc. | all-null | slot P | slot R | slot F1 | false fills | misses | not in text |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for mode, m in modes.items():
+        pred = m["hit"] + m["wrong"] + m["ff"]
+        goldf = m["hit"] + m["wrong"] + m["miss"]
+        P = m["hit"] / pred if pred else float("nan")
+        R = m["hit"] / goldf if goldf else float("nan")
+        F = 2 * m["hit"] / (pred + goldf) if pred + goldf else float("nan")
+        print(f"| {mode} | {m['n']} | {100*m['right']/m['total']:.1f}% | {100*m['gold_empty']/m['total']:.1f}% | "
+              f"{P:.2f} | {R:.2f} | {F:.2f} | {100*m['ff']/(m['ff']+m['emp']):.1f}% | {100*m['miss']/goldf:.1f}% | {m['nit']} of {m['ft']} |")
+
+if __name__ == "__main__":
+    main()

@@ -357,7 +357,7 @@ fn pick_null_or_value(
     full_mask(matcher, mask, &mut out.stats);
     let vocab = codec.token_bytes();
     let eos = codec.eos_ids();
-    let starts_n = |t: u32| vocab.get(t as usize).and_then(|b| b.first()) == Some(&b'n');
+    let starts_n = |t: u32| starts_null(vocab, t);
     let allowed = |t: u32| mask.contains(t) && !eos.contains(&t);
     let best_null = crate::sampling::argmax(logits, |t| allowed(t) && starts_n(t));
     let best_value = crate::sampling::argmax(logits, |t| allowed(t) && !starts_n(t));
@@ -382,6 +382,12 @@ fn pick_null_or_value(
         null: tok.is_some_and(starts_n),
     });
     tok
+}
+
+/// Whether token `t` starts `null` (at a choice where `null` competes, the only
+/// literal that starts with `n`).
+fn starts_null(vocab: &[Vec<u8>], t: u32) -> bool {
+    vocab.get(t as usize).and_then(|b| b.first()) == Some(&b'n')
 }
 
 /// Bytes after which compact JSON may start a value (`"a":`, `[`, `,` in an array).
@@ -521,7 +527,7 @@ fn pick_across_null(
                     if ok(t) {
                         let e = (x as f64 - mx).exp();
                         all += e;
-                        if vocab.get(t).and_then(|v| v.first()) == Some(&b'n') {
+                        if starts_null(vocab, t as u32) {
                             nul += e;
                         }
                     }
@@ -817,7 +823,7 @@ fn null_lookahead(
     full_mask(matcher, mask, stats);
     let vocab = codec.token_bytes();
     let eos = codec.eos_ids();
-    let starts_n = |t: u32| vocab.get(t as usize).and_then(|b| b.first()) == Some(&b'n');
+    let starts_n = |t: u32| starts_null(vocab, t);
     let allowed = |t: u32| mask.contains(t) && !eos.contains(&t);
     let null_first = crate::sampling::argmax(logits, |t| allowed(t) && starts_n(t));
     let value_first = crate::sampling::argmax(logits, |t| allowed(t) && !starts_n(t));
