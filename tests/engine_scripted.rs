@@ -675,3 +675,88 @@ fn null_bias_reaches_a_choice_made_inside_a_token() {
     // A negative bias never makes null likelier.
     assert_eq!(crossing_run(-3.0).0, STR_TEXT);
 }
+
+fn grounded_run(
+    schema: &Value,
+    mut m: ScriptedModel,
+    codec: &ByteCodec,
+    doc: &str,
+) -> (String, DecodeOutput, Vec<u32>) {
+    let opts = DecodeOptions {
+        max_tokens: 64,
+        grounding: formwork::engine::ground::Grounding::new(schema, true, doc).map(Arc::new),
+        ..Default::default()
+    };
+    let last = m.last_history.clone();
+    let (text, out) = run_with(schema, &mut m, codec, Sampling::Greedy, 0, &opts);
+    let last = last.lock().unwrap().clone();
+    (text, out, last)
+}
+
+#[test]
+fn a_grounded_value_the_document_does_not_state_is_taken_back_and_written_null() {
+    // The model prefers the string "zzz" at `{"a":`.
+    let model = || null_model((5.0, 4.0), 8.0, 8.0);
+    let (text, out, last) = grounded_run(&nullable(), model(), &ByteCodec::new(), "no such word");
+    assert_eq!(text, NULL_TEXT);
+    assert_eq!(out.stats.grounded_nulls, 1);
+    assert_eq!(out.stats.grounded_kept, 0);
+    // The live model was fed exactly the final output (the rollback restored its KV
+    // state: the scripted model asserts every position), and the tokens spell the text.
+    fed_all_but_last(&out, &last);
+    assert_eq!(ByteCodec::new().text(&out.tokens), NULL_TEXT);
+    // The same model, a document that states the value (case and spaces aside): kept.
+    let (text, out, _) = grounded_run(&nullable(), model(), &ByteCodec::new(), "it is ZZZ.");
+    assert_eq!(text, STR_TEXT);
+    assert_eq!(out.stats.grounded_nulls, 0);
+    // Without grounding the value stays whatever the document says.
+    let (plain, _, _) = lookahead(model(), false);
+    assert_eq!(plain, STR_TEXT);
+}
+
+#[test]
+fn a_grounded_value_whose_start_was_inside_a_token_goes_back_before_that_token() {
+    // `":"` carries the end of the key and the start of the value in one token.
+    let codec = ByteCodec::with(&WORDS);
+    let schema = json!({"type": "object", "properties": {
+        "a": {"type": ["string", "null"], "maxLength": 5},
+        "b": {"type": ["string", "null"], "maxLength": 5}}, "required": ["a", "b"],
+        "additionalProperties": false});
+    let (text, out, last) = grounded_run(&schema, key_model(&codec), &codec, "only y here");
+    assert_eq!(text, r#"{"a":null,"b":"y"}"#);
+    assert_eq!(out.stats.grounded_nulls, 1);
+    assert_valid(&schema, &text);
+    assert_eq!(codec.text(&out.tokens), text);
+    let mut want: Vec<u32> = PROMPT.iter().map(|&b| b as u32).collect();
+    want.extend_from_slice(&out.tokens[..out.tokens.len() - 1]);
+    assert_eq!(last, want, "the model was fed the final tokens, in order");
+    // Both stated: nothing taken back.
+    let (text, out, _) = grounded_run(&schema, key_model(&codec), &codec, "x and y");
+    assert_eq!(text, r#"{"a":"x","b":"y"}"#);
+    assert_eq!(out.stats.grounded_nulls, 0);
+}
+
+#[test]
+fn an_enum_value_is_grounded_when_the_text_states_it() {
+    // The model wants "star"; the document says "points".
+    let schema = json!({"type": "object", "properties": {
+        "unit": {"enum": ["star", "point", null]}}, "required": ["unit"],
+        "additionalProperties": false});
+    let bytes = ByteCodec::new().bytes;
+    let model = move || {
+        let bytes = bytes.clone();
+        ScriptedModel::new(move |h: &[u32]| {
+            let text = output_text(&bytes, h);
+            let want = r#"{"unit":"star"}"#;
+            let next = want.as_bytes().get(text.len()).copied().unwrap_or(b'}');
+            prefer(&[next as u32, b'n' as u32, b'p' as u32])
+        })
+    };
+    let codec = ByteCodec::new();
+    let (text, out, _) = grounded_run(&schema, model(), &codec, "5 stars please");
+    assert_eq!(text, r#"{"unit":"star"}"#);
+    assert_eq!(out.stats.grounded_nulls, 0);
+    let (text, out, _) = grounded_run(&schema, model(), &codec, "5 points please");
+    assert_eq!(text, r#"{"unit":null}"#);
+    assert_eq!(out.stats.grounded_nulls, 1);
+}

@@ -229,6 +229,8 @@ pub struct RecordResult {
     pub lookaheads: usize,
     pub lookahead_null_wins: usize,
     pub lookahead_forward_passes: usize,
+    /// Grounded strings (`--grounded`) the text does not state, written `null` instead.
+    pub grounded_nulls: usize,
     /// The masked modes' choices between `null` and a value, per field, with the
     /// model's margin for null (`scripts/null_bias_sweep.py` reads them).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -520,6 +522,7 @@ pub fn score(case: &Case, mode: BenchMode, ex: &Extraction, exact_strings: bool)
         lookaheads: ex.lookaheads,
         lookahead_null_wins: ex.lookahead_null_wins,
         lookahead_forward_passes: ex.lookahead_forward_passes,
+        grounded_nulls: ex.grounded_nulls,
         null_decisions: ex
             .null_decisions
             .iter()
@@ -584,6 +587,7 @@ pub struct Summary {
     pub lookaheads_total: usize,
     pub lookahead_null_wins_total: usize,
     pub lookahead_forward_passes_total: usize,
+    pub grounded_nulls_total: usize,
     pub decode_tokens_per_s: f64,
     pub ms_per_valid_object: Option<f64>,
     pub ms_p50: f64,
@@ -737,6 +741,7 @@ pub fn summarize(rs: &[&RecordResult]) -> Summary {
         lookaheads_total: rs.iter().map(|r| r.lookaheads).sum(),
         lookahead_null_wins_total: rs.iter().map(|r| r.lookahead_null_wins).sum(),
         lookahead_forward_passes_total: rs.iter().map(|r| r.lookahead_forward_passes).sum(),
+        grounded_nulls_total: rs.iter().map(|r| r.grounded_nulls).sum(),
         decode_tokens_per_s: if decode_ms > 0.0 {
             (generated + forced) as f64 / (decode_ms / 1000.0)
         } else {
@@ -764,6 +769,9 @@ pub struct Report {
     pub examples: Option<String>,
     pub shots: usize,
     pub pick: crate::examples::Pick,
+    /// `--null-bias` and `--grounded`, as run.
+    pub null_bias: f32,
+    pub grounded: bool,
     pub overall: BTreeMap<String, Summary>,
     pub per_schema: BTreeMap<String, BTreeMap<String, Summary>>,
     pub peak_rss_mb: Option<f64>,
@@ -883,6 +891,8 @@ pub fn run(
         examples: cfg.examples.as_ref().map(|p| p.display().to_string()),
         shots: if cfg.examples.is_some() { cfg.shots } else { 0 },
         pick: cfg.pick,
+        null_bias: cfg.opts.null_bias,
+        grounded: cfg.opts.grounded,
         overall,
         per_schema,
         peak_rss_mb: peak_rss_mb(),
@@ -1149,6 +1159,7 @@ mod tests {
             lookaheads: 0,
             lookahead_null_wins: 0,
             lookahead_forward_passes: 0,
+            grounded_nulls: 0,
             ms: 0,
             schema_sha256: String::new(),
             model: String::new(),

@@ -75,6 +75,12 @@ pub struct BenchArgs {
     #[arg(long, value_name = "NATS", default_value_t = 0.0, allow_negative_numbers = true,
           value_parser = super::parse_nats)]
     pub null_bias: f32,
+    /// Ground every nullable string of the schema (free text, and enums of strings):
+    /// a value the document does not state (case-insensitive, spaces folded) is taken
+    /// back and written `null`. Fields marked `"x-formwork-grounded": true` are
+    /// grounded without it. README "Grounded fields".
+    #[arg(long)]
+    pub grounded: bool,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -190,6 +196,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
             prompt: a.prompt,
             null_lookahead: a.null_lookahead,
             null_bias: a.null_bias,
+            grounded: a.grounded,
             ..Default::default()
         },
         exact_strings: a.exact_strings,

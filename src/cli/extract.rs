@@ -86,6 +86,12 @@ pub struct ExtractArgs {
     #[arg(long, value_name = "NATS", default_value_t = 0.0, allow_negative_numbers = true,
           value_parser = super::parse_nats)]
     pub null_bias: f32,
+    /// Ground every nullable string of the schema (free text, and enums of strings):
+    /// a value the document does not state (case-insensitive, spaces folded) is taken
+    /// back and written `null`. Fields marked `"x-formwork-grounded": true` are
+    /// grounded without it. README "Grounded fields".
+    #[arg(long)]
+    pub grounded: bool,
     /// Recompute prompts in full instead of reusing KV state: the prefix shared by every
     /// record of a batch (system message and schema), and a free-mode retry's first
     /// prompt. For measuring the reuse.
@@ -194,6 +200,7 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
         heal_forced: true,
         null_lookahead: a.null_lookahead,
         null_bias: a.null_bias,
+        grounded: a.grounded,
         review_fields: a.review_fields.clone(),
         prompt: a.prompt,
         examples: Vec::new(),

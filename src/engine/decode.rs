@@ -32,6 +32,8 @@ use formwork_models::runtime::LanguageModel;
 
 use crate::sampling::Sampler;
 
+use super::ground::{self, Grounding};
+
 /// What the loop needs from a tokenizer.
 pub trait Codec {
     /// Token ids for `text`, special-token text *not* interpreted.
@@ -112,6 +114,9 @@ pub struct DecodeOptions {
     pub deadline: Option<Instant>,
     /// Sees the text as it grows, and may stop the run (see [`Watch`]).
     pub watch: Option<Watch>,
+    /// Grounded fields ([`super::ground`]): each grounded string is judged as it is
+    /// completed, and one the document does not state is taken back and written `null`.
+    pub grounding: Option<std::sync::Arc<Grounding>>,
 }
 
 impl Default for DecodeOptions {
@@ -124,6 +129,7 @@ impl Default for DecodeOptions {
             null_bias: 0.0,
             deadline: None,
             watch: None,
+            grounding: None,
         }
     }
 }
@@ -156,6 +162,13 @@ pub struct DecodeStats {
     /// Every point where `null` competed with a value and the model picked a token
     /// (not those the lookahead decided), in order.
     pub null_decisions: Vec<NullDecision>,
+    /// Grounded strings the document does not state, taken back and written `null`.
+    pub grounded_nulls: usize,
+    /// Grounded strings that failed but could not be taken back (no snapshot before
+    /// them, or the grammar refused `null` there); they stay in the output.
+    pub grounded_kept: usize,
+    /// KV snapshots taken before values that may be grounded.
+    pub grounding_checkpoints: usize,
 }
 
 /// One choice between `null` and a value at a nullable field.
@@ -565,6 +578,103 @@ fn pick_across_null(
     Ok(tok)
 }
 
+/// The loop's state just before a value that may be grounded: where a grounded string
+/// that fails is taken back to.
+struct Checkpoint {
+    model: Box<dyn LanguageModel>,
+    matcher: Matcher,
+    pos: usize,
+    tokens: usize,
+    bytes: usize,
+    ranges: usize,
+}
+
+/// Takes a [`Checkpoint`] when the text ends where the next value may be grounded.
+fn maybe_checkpoint(
+    g: &Grounding,
+    model: &dyn LanguageModel,
+    matcher: &Matcher,
+    pos: usize,
+    out: &mut DecodeOutput,
+    checkpoint: &mut Option<Checkpoint>,
+) {
+    let s = ground::scan(&out.bytes);
+    let worth = match (&s.next_value, &s.before_value_in) {
+        (Some(p), _) => g.covers(p),
+        (None, Some(c)) => g.covers_inside(c),
+        _ => false,
+    };
+    if worth && checkpoint.as_ref().map(|c| c.bytes) != Some(out.bytes.len()) {
+        *checkpoint = Some(Checkpoint {
+            model: model.snapshot(),
+            matcher: matcher.clone(),
+            pos,
+            tokens: out.tokens.len(),
+            bytes: out.bytes.len(),
+            ranges: out.forced_ranges.len(),
+        });
+        out.stats.grounding_checkpoints += 1;
+    }
+}
+
+/// Judges the grounded strings completed since byte `judged` of the output (which has
+/// grown, and whose new tokens the model has not been fed). On the first that the
+/// document does not state, goes back to the checkpoint before it, writes the same
+/// bytes up to the value and `null` in its place (one forward pass), and returns the
+/// logits after them; the loop goes on from there. `None`: nothing taken back.
+#[allow(clippy::too_many_arguments)]
+fn ground_back(
+    g: &Grounding,
+    model: &mut Box<dyn LanguageModel>,
+    codec: &dyn Codec,
+    matcher: &mut Matcher,
+    pos: &mut usize,
+    out: &mut DecodeOutput,
+    checkpoint: &mut Option<Checkpoint>,
+    judged: &mut usize,
+) -> formwork_models::Result<Option<Vec<f32>>> {
+    let scan = ground::scan(&out.bytes);
+    let since = *judged;
+    *judged = out.bytes.len();
+    for s in scan.strings.iter().filter(|s| s.end > since) {
+        if !g.covers(&s.pattern) || g.holds(&s.value) {
+            continue;
+        }
+        let Some(cp) = checkpoint.take_if(|c| c.bytes <= s.start) else {
+            out.stats.grounded_kept += 1;
+            continue;
+        };
+        let mut text = out.bytes[cp.bytes..s.start].to_vec();
+        text.extend_from_slice(b"null");
+        let replay = std::str::from_utf8(&text)
+            .ok()
+            .map(|t| codec.encode(t))
+            .unwrap_or_default();
+        let mut m = cp.matcher.clone();
+        let ok = !replay.is_empty()
+            && replay
+                .iter()
+                .all(|&t| m.is_allowed(t) && m.commit(t).is_ok());
+        if !ok {
+            out.stats.grounded_kept += 1;
+            continue;
+        }
+        *model = cp.model;
+        *matcher = m;
+        out.tokens.truncate(cp.tokens);
+        out.bytes.truncate(cp.bytes);
+        out.forced_ranges.truncate(cp.ranges);
+        out.push(codec, &replay, false, true);
+        let logits = model.forward(&replay, cp.pos)?;
+        *pos = cp.pos + replay.len();
+        out.stats.forward_passes += 1;
+        out.stats.grounded_nulls += 1;
+        *judged = out.bytes.len();
+        return Ok(Some(logits));
+    }
+    Ok(None)
+}
+
 /// Run masked decoding from `logits` (the model's output after the prompt, whose
 /// length is `pos`).
 ///
@@ -599,6 +709,10 @@ pub fn decode_masked(
     let mut pending: Option<u32> = None;
     // With a null bias: the tokens that may carry a value's start inside them.
     let mut crossers: Option<Vec<u32>> = None;
+    // Grounding: the state before the value now being written, and how far the
+    // output's strings have been judged.
+    let mut checkpoint: Option<Checkpoint> = None;
+    let mut judged = 0;
     loop {
         if Watch::stops(opts, &out.bytes) {
             out.stop = Stop::Cancelled;
@@ -614,6 +728,22 @@ pub fn decode_masked(
             let (toks, forced) = plan_feed(matcher, codec, pending.take(), opts, cap);
             if !toks.is_empty() {
                 out.push(codec, &toks, sampled, forced);
+                if let Some(g) = &opts.grounding {
+                    let back = ground_back(
+                        g,
+                        model,
+                        codec,
+                        matcher,
+                        &mut pos,
+                        &mut out,
+                        &mut checkpoint,
+                        &mut judged,
+                    )?;
+                    if let Some(l) = back {
+                        logits = l;
+                        continue;
+                    }
+                }
                 if matcher.is_finished() {
                     // Nothing can follow: the logits after these tokens are never read.
                     out.stop = Stop::Finished;
@@ -644,6 +774,9 @@ pub fn decode_masked(
         }
         let left = opts.max_tokens - used;
         matcher.set_budget(left);
+        if let Some(g) = &opts.grounding {
+            maybe_checkpoint(g, model.as_ref(), matcher, pos, &mut out, &mut checkpoint);
+        }
 
         // 2. Null against a value, both scored before committing.
         if opts.null_lookahead && sampler.sampling().is_greedy() && matcher.null_competes() {
@@ -664,6 +797,22 @@ pub fn decode_masked(
                 pos = w.pos;
                 let finished = w.finished;
                 out.append(w.out);
+                if let Some(g) = &opts.grounding {
+                    let back = ground_back(
+                        g,
+                        model,
+                        codec,
+                        matcher,
+                        &mut pos,
+                        &mut out,
+                        &mut checkpoint,
+                        &mut judged,
+                    )?;
+                    if let Some(l) = back {
+                        logits = l;
+                        continue;
+                    }
+                }
                 if finished {
                     out.stop = Stop::Finished;
                     break;
@@ -711,6 +860,22 @@ pub fn decode_masked(
         commit_sampled(matcher, tok)?;
         if matcher.is_finished() {
             out.push(codec, &[tok], true, false);
+            if let Some(g) = &opts.grounding {
+                let back = ground_back(
+                    g,
+                    model,
+                    codec,
+                    matcher,
+                    &mut pos,
+                    &mut out,
+                    &mut checkpoint,
+                    &mut judged,
+                )?;
+                if let Some(l) = back {
+                    logits = l;
+                    continue;
+                }
+            }
             out.stop = Stop::Finished;
             break;
         }

@@ -15,6 +15,7 @@
 
 pub mod chat;
 pub mod decode;
+pub mod ground;
 pub mod prompt;
 pub mod source;
 
@@ -149,6 +150,10 @@ pub struct ExtractOptions {
     /// Masked modes: added to the logits of `null` where a nullable field's `null`
     /// competes with a value, in nats (see `decode::DecodeOptions::null_bias`).
     pub null_bias: f32,
+    /// Ground every nullable string of the schema ([`ground`]): a value the document
+    /// does not state becomes `null` (fields marked `x-formwork-grounded` are
+    /// grounded whatever this says).
+    pub grounded: bool,
     /// JSON Pointers whose non-empty value marks a record for review.
     pub review_fields: Vec<String>,
     /// How the schema is shown to the model (the mask enforces the JSON Schema either way).
@@ -171,6 +176,7 @@ impl Default for ExtractOptions {
             heal_forced: true,
             null_lookahead: false,
             null_bias: 0.0,
+            grounded: false,
             review_fields: Vec::new(),
             prompt: prompt::PromptStyle::default(),
             examples: Vec::new(),
@@ -198,6 +204,9 @@ pub struct Extraction {
     /// Decision points where the null lookahead ran, and how many `null` won.
     pub lookaheads: usize,
     pub lookahead_null_wins: usize,
+    /// Grounded strings the document does not state, written `null` instead (masked:
+    /// taken back while decoding; free: replaced in the parsed value).
+    pub grounded_nulls: usize,
     /// Spans fed by jump-forward, and how many are not the tokenizer's own encoding
     /// of the output text at that place.
     pub forced_spans: usize,
@@ -325,6 +334,7 @@ impl Engine {
             lookahead_forward_passes: 0,
             lookaheads: 0,
             lookahead_null_wins: 0,
+            grounded_nulls: 0,
             forced_spans: 0,
             forced_spans_noncanonical: 0,
             noncanonical: false,
@@ -496,7 +506,9 @@ impl Engine {
         ex.attempts = 1;
         let logits = self.prefill(&ids, &cuts)?;
         let mut sampler = Sampler::new(opts.sampling.clone(), opts.seed);
-        let dopts = self.decode_options(opts, started);
+        let mut dopts = self.decode_options(opts, started);
+        dopts.grounding =
+            ground::Grounding::new(&schema.value, opts.grounded, document).map(Arc::new);
         let (out, complete) =
             self.decode_under(grammar, &mut sampler, logits, ids.len(), &dopts)?;
         self.finish_attempt(schema, ex, &out, complete, false);
@@ -555,6 +567,9 @@ impl Engine {
             )?;
             let timed_out = out.stop == Stop::Timeout;
             self.finish_attempt(schema, ex, &out, true, true);
+            if ex.verdict == VerdictKind::Valid {
+                ground_free(schema, document, opts.grounded, ex);
+            }
             if ex.verdict == VerdictKind::Valid || timed_out || attempt > opts.retries {
                 break;
             }
@@ -586,6 +601,7 @@ impl Engine {
         ex.lookahead_forward_passes += out.stats.lookahead_forward_passes;
         ex.lookaheads += out.stats.lookaheads;
         ex.lookahead_null_wins += out.stats.lookahead_null_wins;
+        ex.grounded_nulls += out.stats.grounded_nulls;
         ex.forced_spans += out.stats.forced_spans;
         ex.forced_spans_noncanonical += out.stats.forced_spans_noncanonical;
         ex.noncanonical = out.stats.noncanonical;
@@ -646,6 +662,27 @@ impl Engine {
                 ex.errors = errs;
             }
         }
+    }
+}
+
+/// Free decoding's grounding, after the fact: the grounded strings of a valid value
+/// that the document does not state become `null`, when the value stays valid so
+/// (it does unless `x-formwork-rules` object).
+fn ground_free(schema: &Schema, document: &str, grounded: bool, ex: &mut Extraction) {
+    let (Some(g), Some(v)) = (
+        ground::Grounding::new(&schema.value, grounded, document),
+        ex.value.as_ref(),
+    ) else {
+        return;
+    };
+    let mut nulled = v.clone();
+    let changed = g.apply(&mut nulled);
+    if changed.is_empty() {
+        return;
+    }
+    if let Verdict::Valid(v) = schema.validator.check(&nulled.to_string()) {
+        ex.value = Some(v);
+        ex.grounded_nulls += changed.len();
     }
 }
 

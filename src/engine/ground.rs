@@ -1,0 +1,609 @@
+//! Grounded fields: a nullable string whose value must be *stated in the document*.
+//!
+//! The mask makes a value valid; it cannot make it true. A small model asked for
+//! `location.state` in "book a table for 4 in Somalia" writes "Tennessee", and for
+//! `rating_unit` in "rate this novel a 2" writes "point". Both are valid, and neither
+//! is in the text. A grounded field is judged when its value is complete: a string
+//! that does not occur in the document (compared case-insensitively, with runs of
+//! whitespace as one space) is taken back, and the field is written `null` instead.
+//! Unlike `x-formwork-source` (which constrains every character to a span of the
+//! document while it is written, and can cut a value short: "the day after tomorrow"
+//! became `"the "`), the model writes what it wants and is judged once: the value
+//! stays whole or becomes null.
+//!
+//! Which fields: a subschema with `"x-formwork-grounded": true`, and with
+//! `--grounded`, every *nullable string* of the schema: `type` `["string", "null"]`
+//! without `format`, `pattern` or `const` (a date in ISO form is a normalisation, not
+//! a quotation), an `enum` of strings and `null` (an enum value counts as stated
+//! when it occurs in the text: "star" in "5 stars"), or a two-branch
+//! `anyOf`/`oneOf` of such a string and `null`. Strings that may not be null are
+//! never grounded: nothing could replace them.
+//!
+//! The masked loop ([`super::decode::decode_masked`]) judges each grounded string as
+//! its closing quote is written and, when it fails, goes back to the KV snapshot and
+//! matcher state taken just before the value started and writes `null` there, so
+//! the fields after it are decoded after the `null`. Free decoding is judged after
+//! the fact ([`Grounding::apply`]). Pure: no model, no I/O.
+
+use serde_json::{Map, Value};
+
+/// The schema keyword that marks one field grounded.
+pub const KEYWORD: &str = "x-formwork-grounded";
+
+/// The grounded fields of one schema, as instance-pointer patterns (`*` for an array
+/// index), with the document they are judged against.
+#[derive(Clone, Debug, Default)]
+pub struct Grounding {
+    patterns: Vec<String>,
+    folded_doc: String,
+}
+
+/// Lowercased, with each run of whitespace as one space, trimmed.
+fn fold(s: &str) -> String {
+    s.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase()
+}
+
+impl Grounding {
+    /// The grounded fields of `schema` (those marked with [`KEYWORD`], and with
+    /// `all_nullable_strings` every nullable string) against `document`. `None` when
+    /// there are none.
+    pub fn new(schema: &Value, all_nullable_strings: bool, document: &str) -> Option<Grounding> {
+        let patterns = grounded_patterns(schema, all_nullable_strings);
+        (!patterns.is_empty()).then(|| Grounding {
+            patterns,
+            folded_doc: fold(document),
+        })
+    }
+
+    /// The instance-pointer patterns judged (`/location/state`, `/rows/*/note`).
+    pub fn patterns(&self) -> &[String] {
+        &self.patterns
+    }
+
+    /// Is a value at `pattern` judged?
+    pub fn covers(&self, pattern: &str) -> bool {
+        self.patterns.iter().any(|p| p == pattern)
+    }
+
+    /// Could a value inside the container at `pattern` be judged (a checkpoint before
+    /// its values is worth taking)?
+    pub fn covers_inside(&self, pattern: &str) -> bool {
+        self.patterns.iter().any(|p| {
+            p.len() > pattern.len() && p.starts_with(pattern) && p.as_bytes()[pattern.len()] == b'/'
+        })
+    }
+
+    /// Is `value` stated in the document? Empty (after folding) never is.
+    pub fn holds(&self, value: &str) -> bool {
+        let v = fold(value);
+        !v.is_empty() && self.folded_doc.contains(&v)
+    }
+
+    /// Free decoding, judged after the fact: every grounded string of `value` that is
+    /// not in the document becomes `null`. Returns the pointers changed.
+    pub fn apply(&self, value: &mut Value) -> Vec<String> {
+        let mut changed = Vec::new();
+        self.apply_at(
+            value,
+            &mut String::new(),
+            &mut String::new(),
+            &mut changed,
+            0,
+        );
+        changed
+    }
+
+    fn apply_at(
+        &self,
+        v: &mut Value,
+        ptr: &mut String,
+        pat: &mut String,
+        changed: &mut Vec<String>,
+        depth: usize,
+    ) {
+        if depth > MAX_DEPTH {
+            return;
+        }
+        match v {
+            Value::String(s) => {
+                if self.covers(pat) && !self.holds(s) {
+                    *v = Value::Null;
+                    changed.push(ptr.clone());
+                }
+            }
+            Value::Object(m) => {
+                for (k, x) in m.iter_mut() {
+                    let (a, b) = (ptr.len(), pat.len());
+                    let seg = escape(k);
+                    ptr.push('/');
+                    ptr.push_str(&seg);
+                    pat.push('/');
+                    pat.push_str(&seg);
+                    self.apply_at(x, ptr, pat, changed, depth + 1);
+                    ptr.truncate(a);
+                    pat.truncate(b);
+                }
+            }
+            Value::Array(items) => {
+                for (i, x) in items.iter_mut().enumerate() {
+                    let (a, b) = (ptr.len(), pat.len());
+                    ptr.push_str(&format!("/{i}"));
+                    pat.push_str("/*");
+                    self.apply_at(x, ptr, pat, changed, depth + 1);
+                    ptr.truncate(a);
+                    pat.truncate(b);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn escape(k: &str) -> String {
+    k.replace('~', "~0").replace('/', "~1")
+}
+
+/// Nesting walked at most (schemas and instances).
+const MAX_DEPTH: usize = 64;
+
+fn type_names(m: &Map<String, Value>) -> Vec<&str> {
+    match m.get("type") {
+        Some(Value::String(s)) => vec![s.as_str()],
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A `$ref` inside the document, followed (a few hops at most).
+fn resolve<'a>(root: &'a Value, mut v: &'a Value) -> &'a Value {
+    for _ in 0..8 {
+        let Some(p) = v
+            .get("$ref")
+            .and_then(Value::as_str)
+            .and_then(|r| r.strip_prefix('#'))
+        else {
+            break;
+        };
+        match root.pointer(p) {
+            Some(t) => v = t,
+            None => break,
+        }
+    }
+    v
+}
+
+/// What a (resolved) subschema admits, for grounding: a quotable string, `null`, both.
+#[derive(Default, Clone, Copy)]
+struct Admits {
+    string: bool,
+    null: bool,
+    /// Something else too (a number, an object, a formatted string...).
+    other: bool,
+}
+
+fn admits(root: &Value, v: &Value, depth: usize) -> Admits {
+    let mut a = Admits::default();
+    let own = v;
+    let v = resolve(root, v);
+    let (Value::Object(m), Value::Object(o)) = (v, own) else {
+        a.other = true;
+        return a;
+    };
+    if depth > 8 {
+        a.other = true;
+        return a;
+    }
+    if let Some(Value::Array(e)) = m.get("enum") {
+        for x in e {
+            match x {
+                Value::Null => a.null = true,
+                Value::String(_) => a.string = true,
+                _ => a.other = true,
+            }
+        }
+        return a;
+    }
+    if m.contains_key("const") {
+        a.other = true;
+        return a;
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(Value::Array(bs)) = m.get(key) {
+            for b in bs {
+                let x = admits(root, b, depth + 1);
+                a.string |= x.string;
+                a.null |= x.null;
+                a.other |= x.other;
+            }
+            return a;
+        }
+    }
+    let formatted = ["format", "pattern"]
+        .iter()
+        .any(|k| m.contains_key(*k) || o.contains_key(*k));
+    for t in type_names(m) {
+        match t {
+            "null" => a.null = true,
+            "string" if !formatted => a.string = true,
+            _ => a.other = true,
+        }
+    }
+    if type_names(m).is_empty() {
+        a.other = true;
+    }
+    a
+}
+
+fn marked(v: &Value) -> bool {
+    v.get(KEYWORD) == Some(&Value::Bool(true))
+}
+
+/// The instance-pointer patterns of the grounded fields of `schema`, in schema order.
+pub fn grounded_patterns(schema: &Value, all_nullable_strings: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    walk(
+        schema,
+        schema,
+        &mut String::new(),
+        all_nullable_strings,
+        &mut out,
+        0,
+    );
+    out
+}
+
+fn walk(root: &Value, v: &Value, pat: &mut String, all: bool, out: &mut Vec<String>, depth: usize) {
+    if depth > MAX_DEPTH {
+        return;
+    }
+    let m = resolve(root, v);
+    let a = admits(root, v, 0);
+    let groundable = a.string && a.null && !a.other;
+    if groundable && (all || marked(v) || marked(m)) {
+        if !out.contains(pat) {
+            out.push(pat.clone());
+        }
+        return;
+    }
+    let Value::Object(m) = m else { return };
+    if let Some(Value::Object(props)) = m.get("properties") {
+        for (k, x) in props {
+            let b = pat.len();
+            pat.push('/');
+            pat.push_str(&escape(k));
+            walk(root, x, pat, all, out, depth + 1);
+            pat.truncate(b);
+        }
+    }
+    let mut items: Vec<&Value> = Vec::new();
+    match m.get("items") {
+        Some(Value::Array(a)) => items.extend(a),
+        Some(x @ Value::Object(_)) => items.push(x),
+        _ => {}
+    }
+    if let Some(Value::Array(a)) = m.get("prefixItems") {
+        items.extend(a);
+    }
+    for x in items {
+        let b = pat.len();
+        pat.push_str("/*");
+        walk(root, x, pat, all, out, depth + 1);
+        pat.truncate(b);
+    }
+    for key in ["anyOf", "oneOf", "allOf"] {
+        if let Some(Value::Array(bs)) = m.get(key) {
+            for b in bs {
+                walk(root, b, pat, all, out, depth + 1);
+            }
+        }
+    }
+}
+
+/// One string value of a JSON text (not a key), complete.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StringValue {
+    /// Its pattern (`/rows/*/note`).
+    pub pattern: String,
+    /// Byte offset of its opening quote.
+    pub start: usize,
+    /// Byte offset just past its closing quote.
+    pub end: usize,
+    /// The decoded string.
+    pub value: String,
+}
+
+/// What a prefix of a JSON text holds, for grounding.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Scan {
+    /// The complete string values, in order.
+    pub strings: Vec<StringValue>,
+    /// When the text ends where no value has started yet (before a key, inside a
+    /// key, after a key or its colon, after `[` or `,` in an array): the pattern of
+    /// the container the next value goes in.
+    pub before_value_in: Option<String>,
+    /// Then, when it is already known (an array's next item, an object's key read
+    /// and its value not started): the pattern of the next value.
+    pub next_value: Option<String>,
+}
+
+enum Frame {
+    /// An object: its pattern, the current key, and whether the key's value is next.
+    Object {
+        pat: String,
+        key: Option<String>,
+        value_next: bool,
+    },
+    Array {
+        pat: String,
+        value_next: bool,
+    },
+}
+
+/// Scans a prefix of a JSON text (compact or not). Invalid JSON gives what was read
+/// before the fault.
+pub fn scan(bytes: &[u8]) -> Scan {
+    let mut out = Scan::default();
+    let mut stack: Vec<Frame> = Vec::new();
+    // The root's value has not started.
+    let mut root_next = true;
+    let mut i = 0;
+    // Inside a scalar (number, literal): it ends at a delimiter.
+    let mut in_scalar = false;
+    let value_pattern = |stack: &Vec<Frame>| -> String {
+        match stack.last() {
+            Some(Frame::Object { pat, key, .. }) => {
+                format!("{pat}/{}", escape(key.as_deref().unwrap_or("")))
+            }
+            Some(Frame::Array { pat, .. }) => format!("{pat}/*"),
+            None => String::new(),
+        }
+    };
+    let mut unterminated = false;
+    // The current object key already has its value (started or done).
+    let mut key_has_value = false;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if in_scalar {
+            if matches!(c, b',' | b'}' | b']') || c.is_ascii_whitespace() {
+                in_scalar = false;
+            } else {
+                i += 1;
+                continue;
+            }
+        }
+        // Is a value expected here?
+        let value_next = match stack.last() {
+            Some(Frame::Object { value_next, .. }) | Some(Frame::Array { value_next, .. }) => {
+                *value_next
+            }
+            None => root_next,
+        };
+        match c {
+            b'"' => {
+                let start = i;
+                let mut j = i + 1;
+                while j < bytes.len() && bytes[j] != b'"' {
+                    j += if bytes[j] == b'\\' { 2 } else { 1 };
+                }
+                if j >= bytes.len() {
+                    unterminated = true;
+                    // An open key still lies before its value; an open value does not.
+                    if !value_next && matches!(stack.last(), Some(Frame::Object { .. })) {
+                        out.before_value_in = stack.last().map(|f| match f {
+                            Frame::Object { pat, .. } | Frame::Array { pat, .. } => pat.clone(),
+                        });
+                    }
+                    break;
+                }
+                let decoded: String = serde_json::from_slice(&bytes[start..=j]).unwrap_or_default();
+                if value_next {
+                    key_has_value = true;
+                    out.strings.push(StringValue {
+                        pattern: value_pattern(&stack),
+                        start,
+                        end: j + 1,
+                        value: decoded,
+                    });
+                    set_value_done(&mut stack, &mut root_next);
+                } else if let Some(Frame::Object { key, .. }) = stack.last_mut() {
+                    *key = Some(decoded);
+                    key_has_value = false;
+                }
+                i = j + 1;
+                continue;
+            }
+            b'{' | b'[' => {
+                let pat = value_pattern(&stack);
+                set_value_done(&mut stack, &mut root_next);
+                key_has_value = false;
+                stack.push(if c == b'{' {
+                    Frame::Object {
+                        pat,
+                        key: None,
+                        value_next: false,
+                    }
+                } else {
+                    Frame::Array {
+                        pat,
+                        value_next: true,
+                    }
+                });
+            }
+            b'}' | b']' => {
+                stack.pop();
+                // The container was the value of its parent's key.
+                key_has_value = true;
+            }
+            b':' => {
+                if let Some(Frame::Object { value_next, .. }) = stack.last_mut() {
+                    *value_next = true;
+                }
+            }
+            b',' => match stack.last_mut() {
+                Some(Frame::Object { key, .. }) => *key = None,
+                Some(Frame::Array { value_next, .. }) => *value_next = true,
+                None => {}
+            },
+            c if c.is_ascii_whitespace() => {}
+            _ => {
+                if value_next {
+                    set_value_done(&mut stack, &mut root_next);
+                    key_has_value = true;
+                }
+                in_scalar = true;
+            }
+        }
+        i += 1;
+    }
+    if !unterminated && !in_scalar {
+        out.before_value_in = stack.last().map(|f| match f {
+            Frame::Object { pat, .. } | Frame::Array { pat, .. } => pat.clone(),
+        });
+        out.next_value = match stack.last() {
+            Some(Frame::Object {
+                pat, key: Some(k), ..
+            }) if !key_has_value => Some(format!("{pat}/{}", escape(k))),
+            Some(Frame::Array {
+                pat,
+                value_next: true,
+            }) => Some(format!("{pat}/*")),
+            _ => None,
+        };
+    }
+    out
+}
+
+/// The value in the current slot has started: the container waits for `,` or its end.
+fn set_value_done(stack: &mut [Frame], root_next: &mut bool) {
+    match stack.last_mut() {
+        Some(Frame::Object { value_next, .. }) | Some(Frame::Array { value_next, .. }) => {
+            *value_next = false
+        }
+        None => *root_next = false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn snips_like() -> Value {
+        json!({
+            "$defs": {"Loc": {"type": "object", "properties": {
+                "city": {"type": ["string", "null"]},
+                "state": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                "zip": {"type": ["string", "null"], "pattern": "^[0-9]{5}$"}
+            }}},
+            "type": "object",
+            "properties": {
+                "name": {"type": ["string", "null"], "minLength": 1},
+                "unit": {"enum": ["star", "point", null]},
+                "kind": {"enum": ["a", 1, null]},
+                "date": {"type": ["string", "null"], "format": "date"},
+                "title": {"type": "string"},
+                "count": {"type": ["integer", "null"]},
+                "loc": {"$ref": "#/$defs/Loc"},
+                "rows": {"type": "array", "items": {"type": "object", "properties": {
+                    "note": {"type": ["null", "string"]},
+                    "sku": {"type": "string", "x-formwork-grounded": true}
+                }}},
+                "urgency": {"enum": ["low", "high", null], "x-formwork-grounded": true}
+            }
+        })
+    }
+
+    #[test]
+    fn nullable_strings_and_string_enums_are_grounded_nothing_else() {
+        let all = grounded_patterns(&snips_like(), true);
+        assert_eq!(
+            all,
+            [
+                "/name",
+                "/unit",
+                "/loc/city",
+                "/loc/state",
+                "/rows/*/note",
+                "/urgency"
+            ]
+        );
+        // Without the flag only the marked one that may be null; a marked string
+        // that may not be null has nothing to become.
+        assert_eq!(grounded_patterns(&snips_like(), false), ["/urgency"]);
+    }
+
+    #[test]
+    fn holds_is_case_and_space_blind_and_empty_never_holds() {
+        let g = Grounding::new(&snips_like(), true, "Rate  The Sea of\nTrolls 1 STARS").unwrap();
+        assert!(g.holds("the sea of trolls"));
+        assert!(g.holds("star"));
+        assert!(g.holds(" Sea  of Trolls "));
+        assert!(!g.holds("point"));
+        assert!(!g.holds(""));
+        assert!(!g.holds("  "));
+    }
+
+    #[test]
+    fn apply_nulls_what_the_document_does_not_state() {
+        let g = Grounding::new(
+            &snips_like(),
+            true,
+            "a table in Somalia, 5 stars, note: fragile",
+        )
+        .unwrap();
+        let mut v = json!({"name": "Somalia", "unit": "point", "title": "Tennessee",
+            "loc": {"city": "Somalia", "state": "Tennessee"},
+            "rows": [{"note": "fragile", "sku": "X"}, {"note": "glass", "sku": "Y"}]});
+        let changed = g.apply(&mut v);
+        assert_eq!(changed, ["/unit", "/loc/state", "/rows/1/note"]);
+        assert_eq!(v["unit"], Value::Null);
+        assert_eq!(v["title"], "Tennessee", "not nullable, never grounded");
+        assert_eq!(v["loc"]["city"], "Somalia");
+        assert_eq!(v["rows"][1]["sku"], "Y");
+    }
+
+    #[test]
+    fn scan_finds_string_values_and_where_the_next_value_goes() {
+        let t = br#"{"a":"x\"y","b":{"c":null,"d":"z"},"e":[1,"w"],"f":"#;
+        let s = scan(t);
+        let got: Vec<(&str, &str)> = s
+            .strings
+            .iter()
+            .map(|x| (x.pattern.as_str(), x.value.as_str()))
+            .collect();
+        assert_eq!(got, [("/a", "x\"y"), ("/b/d", "z"), ("/e/*", "w")]);
+        assert_eq!(&t[s.strings[0].start..s.strings[0].end], br#""x\"y""#);
+        assert_eq!(s.before_value_in.as_deref(), Some(""));
+        // Inside a key: still before its value.
+        assert_eq!(
+            scan(br#"{"b":{"c":1,"do"#).before_value_in.as_deref(),
+            Some("/b")
+        );
+        // Inside an open string value, a number or after a value: not before one.
+        assert_eq!(scan(br#"{"a":"Ten"#).before_value_in, None);
+        assert_eq!(scan(br#"{"a":12"#).before_value_in, None);
+        // After a complete value: the next one goes in the same container.
+        assert_eq!(scan(br#"{"a":"x""#).before_value_in.as_deref(), Some(""));
+        assert_eq!(scan(br#"{"a":"x""#).next_value, None);
+        assert_eq!(scan(br#"{"a":"x","#).before_value_in.as_deref(), Some(""));
+        assert_eq!(scan(br#"{"a":"x","b""#).next_value.as_deref(), Some("/b"));
+        assert_eq!(scan(br#"{"a":"x","b":"#).next_value.as_deref(), Some("/b"));
+        assert_eq!(scan(br#"{"a":{"c":1},"#).next_value, None);
+        assert_eq!(
+            scan(br#"{"a":{"c":1}"#).before_value_in.as_deref(),
+            Some("")
+        );
+        assert_eq!(scan(br#"{"a":{"c":1}"#).next_value, None);
+        assert_eq!(scan(br#"{"e":["#).before_value_in.as_deref(), Some("/e"));
+        assert_eq!(scan(br#"{"e":["#).next_value.as_deref(), Some("/e/*"));
+        assert_eq!(scan(br#"{"e":[1"#).before_value_in, None);
+        assert_eq!(scan(b"").before_value_in, None);
+        // Whitespace between tokens.
+        let s = scan(b"{ \"a\" : \"q\" , \"b\" : [ \"r\" ] }");
+        assert_eq!(s.strings.len(), 2);
+        assert_eq!(s.strings[1].pattern, "/b/*");
+    }
+}
