@@ -925,7 +925,7 @@ fn f3(x: f64) -> String {
 /// beside every accuracy), then cost, then per schema and per field.
 pub fn markdown(r: &Report) -> String {
     let mut s = format!(
-        "## {} on {} ({} records per mode, {}, seed {}, prompt {}, {} example{} per record{})\n\n",
+        "## {} on {} ({} records per mode, {}, seed {}, prompt {}, {} example{} per record{}{}{})\n\n",
         r.model,
         r.dataset,
         r.overall.values().next().map_or(0, |x| x.records),
@@ -948,6 +948,12 @@ pub fn markdown(r: &Report) -> String {
         } else {
             String::new()
         },
+        if r.null_bias != 0.0 {
+            format!(", null bias {}", r.null_bias)
+        } else {
+            String::new()
+        },
+        if r.grounded { ", grounded" } else { "" },
     );
     s.push_str("| mode | schema-valid | field acc. | all-null | slot P | slot R | slot F1 | false fills | misses | placeholders | not in text | exact match |\n");
     s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -987,13 +993,13 @@ pub fn markdown(r: &Report) -> String {
             opt(x.mask_us_p99, 1),
         ));
     }
-    s.push_str("\nTokenisation and lookahead: forced spans fed by jump-forward, those not tokenised as the tokenizer encodes the output text, records whose tokens differ from that encoding anywhere; null lookaheads, won by null, their forward passes.\n\n| mode | forced spans | non-canonical spans | non-canonical records | lookaheads | null wins | lookahead passes |\n|---|---|---|---|---|---|---|\n");
+    s.push_str("\nTokenisation and lookahead: forced spans fed by jump-forward, those not tokenised as the tokenizer encodes the output text, records whose tokens differ from that encoding anywhere; null lookaheads, won by null, their forward passes; grounded strings the text does not state, written null.\n\n| mode | forced spans | non-canonical spans | non-canonical records | lookaheads | null wins | lookahead passes | grounded -> null |\n|---|---|---|---|---|---|---|---|\n");
     for (mode, x) in &r.overall {
         if mode == "free" {
             continue;
         }
         s.push_str(&format!(
-            "| {mode} | {} | {} ({}) | {} | {} | {} | {} |\n",
+            "| {mode} | {} | {} ({}) | {} | {} | {} | {} | {} |\n",
             x.forced_spans_total,
             x.forced_spans_noncanonical_total,
             pct(ratio(
@@ -1004,6 +1010,7 @@ pub fn markdown(r: &Report) -> String {
             x.lookaheads_total,
             x.lookahead_null_wins_total,
             x.lookahead_forward_passes_total,
+            x.grounded_nulls_total,
         ));
     }
     s.push_str("\nPer schema (schema-valid / field accuracy (all-null) / slot F1 / false fills):\n\n| schema | ");
