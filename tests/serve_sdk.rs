@@ -5,9 +5,11 @@
 //! run through its default model class (the Responses API, `POST /v1/responses`).
 //! The parsed objects must be instances of the Pydantic model.
 //!
-//! The model is smollm2-135m, the default the tests set through `FORMWORK_MODEL` (README,
-//! "Environment"), for speed; `FORMWORK_SERVE_TEST_MODEL=qwen2.5-coder-0.5b` runs the
-//! same checks on the registry's default model. Python is `FORMWORK_TEST_PYTHON`
+//! The model is the registry's default, qwen2.5-coder-0.5b (the issue asks for the SDK
+//! checks on the real default model; about 15 s here), and on it the client also checks
+//! the values (Ada Lovelace, 36, mathematician; Alan Turing for the agent).
+//! `FORMWORK_SERVE_TEST_MODEL=smollm2-135m` runs the same checks, values aside, on the
+//! small model. Python is `FORMWORK_TEST_PYTHON`
 //! (`scripts/test` makes `.venv-test` with tests/data/serve/requirements.txt and sets
 //! it; a set variable whose python lacks the packages is a failure), else
 //! `.venv-test/bin/python`; without either the test says SKIPPED.
@@ -19,7 +21,10 @@ mod server;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use server::{Server, TEST_MODEL};
+use server::Server;
+
+/// The registry's default model, which the SDK checks run on unless told otherwise.
+const DEFAULT_MODEL: &str = "qwen2.5-coder-0.5b";
 
 pub fn python() -> Option<PathBuf> {
     let py = match std::env::var_os("FORMWORK_TEST_PYTHON") {
@@ -43,11 +48,17 @@ pub fn python() -> Option<PathBuf> {
 
 #[test]
 fn openai_sdk_and_agents_get_pydantic_instances() {
-    if common::home_with_smollm2().is_none() {
+    let model =
+        std::env::var("FORMWORK_SERVE_TEST_MODEL").unwrap_or_else(|_| DEFAULT_MODEL.into());
+    let fetched = if model == DEFAULT_MODEL {
+        common::home_with_qwen()
+    } else {
+        common::home_with_smollm2()
+    };
+    if fetched.is_none() {
         return;
     }
     let Some(py) = python() else { return };
-    let model = std::env::var("FORMWORK_SERVE_TEST_MODEL").unwrap_or_else(|_| TEST_MODEL.into());
     let s = Server::start("sdk", &["--parallel", "2"], &[("FORMWORK_MODEL", &model)]);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/serve/sdk_client.py");
     let out = Command::new(&py)

@@ -202,7 +202,9 @@ pub fn translate(p: &str) -> Result<String, String> {
 
 fn push_lit(out: &mut String, c: char, in_class: bool) {
     if in_class {
-        if matches!(c, '\\' | '[' | '&' | '~') || (c == '-' && false) {
+        // `-` stays unescaped: inside a class it is the range operator (`a-z`), or a
+        // literal when first or last, in ECMA and in regex-syntax alike.
+        if matches!(c, '\\' | '[' | '&' | '~') {
             out.push('\\');
         }
         out.push(c);

@@ -360,13 +360,8 @@ impl<'a> Builder<'a> {
                     None => Vec::new(),
                 };
             }
-            _ => {
-                if m.contains_key("prefixItems") {
-                    rd.base.items = self.key_of(kp);
-                } else {
-                    rd.base.items = self.key_of(kp);
-                }
-            }
+            // An object: the schema of every item (after `prefixItems`, when present).
+            _ => rd.base.items = self.key_of(kp),
         }
         Ok(())
     }
