@@ -676,7 +676,19 @@ fn null_bias_reaches_a_choice_made_inside_a_token() {
     assert_eq!(crossing_run(-3.0).0, STR_TEXT);
 }
 
+use formwork::engine::ground::{GroundMode, Grounding};
+
 fn grounded_run(
+    schema: &Value,
+    m: ScriptedModel,
+    codec: &ByteCodec,
+    doc: &str,
+) -> (String, DecodeOutput, Vec<u32>) {
+    grounded_run_in(GroundMode::Stated, schema, m, codec, doc)
+}
+
+fn grounded_run_in(
+    mode: GroundMode,
     schema: &Value,
     mut m: ScriptedModel,
     codec: &ByteCodec,
@@ -684,7 +696,7 @@ fn grounded_run(
 ) -> (String, DecodeOutput, Vec<u32>) {
     let opts = DecodeOptions {
         max_tokens: 64,
-        grounding: formwork::engine::ground::Grounding::new(schema, true, doc).map(Arc::new),
+        grounding: Grounding::new(schema, Some(mode), doc).map(Arc::new),
         ..Default::default()
     };
     let last = m.last_history.clone();
@@ -759,4 +771,36 @@ fn an_enum_value_is_grounded_when_the_text_states_it() {
     let (text, out, _) = grounded_run(&schema, model(), &codec, "5 points please");
     assert_eq!(text, r#"{"unit":null}"#);
     assert_eq!(out.stats.grounded_nulls, 1);
+}
+
+/// A model that wants to write `want` byte by byte (then `n`, `}` as fallbacks).
+fn wants(want: &'static str) -> ScriptedModel {
+    let bytes = ByteCodec::new().bytes;
+    ScriptedModel::new(move |h: &[u32]| {
+        let text = output_text(&bytes, h);
+        let next = if want.starts_with(&text) {
+            want.as_bytes().get(text.len()).copied().unwrap_or(b'}')
+        } else {
+            b'}'
+        };
+        prefer(&[next as u32, b'n' as u32, b'}' as u32])
+    })
+}
+
+#[test]
+fn distinct_grounding_gives_one_quotation_to_the_first_field_only() {
+    let schema = json!({"type": "object", "properties": {
+        "city": {"type": ["string", "null"], "maxLength": 9},
+        "country": {"type": ["string", "null"], "maxLength": 9}}, "required": ["city", "country"],
+        "additionalProperties": false});
+    let want = r#"{"city":"Belgium","country":"belgium"}"#;
+    let codec = ByteCodec::new();
+    let doc = "the weather in Belgium";
+    let (text, out, _) = grounded_run_in(GroundMode::Stated, &schema, wants(want), &codec, doc);
+    assert_eq!(text, want, "stated: both are in the document");
+    assert_eq!(out.stats.grounded_nulls, 0);
+    let (text, out, last) = grounded_run_in(GroundMode::Distinct, &schema, wants(want), &codec, doc);
+    assert_eq!(text, r#"{"city":"Belgium","country":null}"#);
+    assert_eq!(out.stats.grounded_nulls, 1);
+    fed_all_but_last(&out, &last);
 }

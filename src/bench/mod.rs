@@ -771,7 +771,7 @@ pub struct Report {
     pub pick: crate::examples::Pick,
     /// `--null-bias` and `--grounded`, as run.
     pub null_bias: f32,
-    pub grounded: bool,
+    pub grounded: Option<crate::engine::ground::GroundMode>,
     pub overall: BTreeMap<String, Summary>,
     pub per_schema: BTreeMap<String, BTreeMap<String, Summary>>,
     pub peak_rss_mb: Option<f64>,
@@ -953,7 +953,11 @@ pub fn markdown(r: &Report) -> String {
         } else {
             String::new()
         },
-        if r.grounded { ", grounded" } else { "" },
+        match r.grounded {
+            None => "",
+            Some(crate::engine::ground::GroundMode::Stated) => ", grounded",
+            Some(crate::engine::ground::GroundMode::Distinct) => ", grounded (distinct)",
+        },
     );
     s.push_str("| mode | schema-valid | field acc. | all-null | slot P | slot R | slot F1 | false fills | misses | placeholders | not in text | exact match |\n");
     s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");

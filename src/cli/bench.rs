@@ -77,10 +77,12 @@ pub struct BenchArgs {
     pub null_bias: f32,
     /// Ground every nullable string of the schema (free text, and enums of strings):
     /// a value the document does not state (case-insensitive, spaces folded) is taken
-    /// back and written `null`. Fields marked `"x-formwork-grounded": true` are
-    /// grounded without it. README "Grounded fields".
-    #[arg(long)]
-    pub grounded: bool,
+    /// back and written `null`. `--grounded=distinct` also takes back a value an
+    /// earlier grounded field already holds (one quotation, one field). Fields marked
+    /// `"x-formwork-grounded": true` are grounded without it. README "Grounded fields".
+    #[arg(long, value_name = "MODE", num_args = 0..=1, require_equals = true,
+          default_missing_value = "stated", value_parser = super::parse_ground_mode)]
+    pub grounded: Option<crate::engine::ground::GroundMode>,
 }
 
 #[derive(clap::Subcommand, Debug)]

@@ -30,6 +30,11 @@ pub fn parse_source_mode(s: &str) -> Result<formwork_grammar::source::SourceMode
         .ok_or_else(|| format!("{s:?} is not `substring` or `words`"))
 }
 
+pub fn parse_ground_mode(s: &str) -> Result<crate::engine::ground::GroundMode, String> {
+    crate::engine::ground::GroundMode::parse(s)
+        .ok_or_else(|| format!("{s:?} is not `stated` or `distinct`"))
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "formwork",

@@ -636,8 +636,12 @@ fn ground_back(
     let scan = ground::scan(&out.bytes);
     let since = *judged;
     *judged = out.bytes.len();
-    for s in scan.strings.iter().filter(|s| s.end > since) {
-        if !g.covers(&s.pattern) || g.holds(&s.value) {
+    for (i, s) in scan.strings.iter().enumerate().filter(|(_, s)| s.end > since) {
+        let earlier = scan.strings[..i]
+            .iter()
+            .filter(|e| g.covers(&e.pattern))
+            .map(|e| e.value.as_str());
+        if !g.covers(&s.pattern) || g.stands(&s.value, earlier) {
             continue;
         }
         let Some(cp) = checkpoint.take_if(|c| c.bytes <= s.start) else {

@@ -30,12 +30,35 @@ use serde_json::{Map, Value};
 /// The schema keyword that marks one field grounded.
 pub const KEYWORD: &str = "x-formwork-grounded";
 
+/// How `--grounded` judges a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroundMode {
+    /// The value must be stated in the document.
+    Stated,
+    /// Stated, and not already the value of an earlier grounded field of the same
+    /// answer: one quotation fills one field (the first that takes it). Small models
+    /// put one place name in `city`, `state` and `country` at once.
+    Distinct,
+}
+
+impl GroundMode {
+    pub fn parse(s: &str) -> Option<GroundMode> {
+        match s {
+            "stated" => Some(GroundMode::Stated),
+            "distinct" => Some(GroundMode::Distinct),
+            _ => None,
+        }
+    }
+}
+
 /// The grounded fields of one schema, as instance-pointer patterns (`*` for an array
 /// index), with the document they are judged against.
 #[derive(Clone, Debug, Default)]
 pub struct Grounding {
     patterns: Vec<String>,
     folded_doc: String,
+    distinct: bool,
 }
 
 /// Lowercased, with each run of whitespace as one space, trimmed.
@@ -47,15 +70,22 @@ fn fold(s: &str) -> String {
 }
 
 impl Grounding {
-    /// The grounded fields of `schema` (those marked with [`KEYWORD`], and with
-    /// `all_nullable_strings` every nullable string) against `document`. `None` when
-    /// there are none.
-    pub fn new(schema: &Value, all_nullable_strings: bool, document: &str) -> Option<Grounding> {
-        let patterns = grounded_patterns(schema, all_nullable_strings);
+    /// The grounded fields of `schema` (those marked with [`KEYWORD`], and with a
+    /// `mode` every nullable string) against `document`. `None` when there are none.
+    pub fn new(schema: &Value, mode: Option<GroundMode>, document: &str) -> Option<Grounding> {
+        let patterns = grounded_patterns(schema, mode.is_some());
         (!patterns.is_empty()).then(|| Grounding {
             patterns,
             folded_doc: fold(document),
+            distinct: mode == Some(GroundMode::Distinct),
         })
+    }
+
+    /// Does a grounded `value` stand, after the `earlier` grounded values of the
+    /// same answer? It must be stated in the document and, in `distinct` mode, not
+    /// repeat one of them.
+    pub fn stands<'a>(&self, value: &str, mut earlier: impl Iterator<Item = &'a str>) -> bool {
+        self.holds(value) && !(self.distinct && earlier.any(|e| fold(e) == fold(value)))
     }
 
     /// The instance-pointer patterns judged (`/location/state`, `/rows/*/note`).
@@ -83,16 +113,13 @@ impl Grounding {
     }
 
     /// Free decoding, judged after the fact: every grounded string of `value` that is
-    /// not in the document becomes `null`. Returns the pointers changed.
+    /// not in the document becomes `null`; in `distinct` mode, so does one that repeats
+    /// an earlier grounded value (in document order). Returns the pointers changed.
     pub fn apply(&self, value: &mut Value) -> Vec<String> {
         let mut changed = Vec::new();
-        self.apply_at(
-            value,
-            &mut String::new(),
-            &mut String::new(),
-            &mut changed,
-            0,
-        );
+        let mut kept = Vec::new();
+        let (mut ptr, mut pat) = (String::new(), String::new());
+        self.apply_at(value, &mut ptr, &mut pat, &mut changed, &mut kept, 0);
         changed
     }
 
@@ -102,6 +129,7 @@ impl Grounding {
         ptr: &mut String,
         pat: &mut String,
         changed: &mut Vec<String>,
+        kept: &mut Vec<String>,
         depth: usize,
     ) {
         if depth > MAX_DEPTH {
@@ -109,9 +137,13 @@ impl Grounding {
         }
         match v {
             Value::String(s) => {
-                if self.covers(pat) && !self.holds(s) {
-                    *v = Value::Null;
-                    changed.push(ptr.clone());
+                if self.covers(pat) {
+                    if self.stands(s, kept.iter().map(String::as_str)) {
+                        kept.push(s.clone());
+                    } else {
+                        *v = Value::Null;
+                        changed.push(ptr.clone());
+                    }
                 }
             }
             Value::Object(m) => {
@@ -122,7 +154,7 @@ impl Grounding {
                     ptr.push_str(&seg);
                     pat.push('/');
                     pat.push_str(&seg);
-                    self.apply_at(x, ptr, pat, changed, depth + 1);
+                    self.apply_at(x, ptr, pat, changed, kept, depth + 1);
                     ptr.truncate(a);
                     pat.truncate(b);
                 }
@@ -132,7 +164,7 @@ impl Grounding {
                     let (a, b) = (ptr.len(), pat.len());
                     ptr.push_str(&format!("/{i}"));
                     pat.push_str("/*");
-                    self.apply_at(x, ptr, pat, changed, depth + 1);
+                    self.apply_at(x, ptr, pat, changed, kept, depth + 1);
                     ptr.truncate(a);
                     pat.truncate(b);
                 }
@@ -537,7 +569,7 @@ mod tests {
 
     #[test]
     fn holds_is_case_and_space_blind_and_empty_never_holds() {
-        let g = Grounding::new(&snips_like(), true, "Rate  The Sea of\nTrolls 1 STARS").unwrap();
+        let g = Grounding::new(&snips_like(), Some(GroundMode::Stated), "Rate  The Sea of\nTrolls 1 STARS").unwrap();
         assert!(g.holds("the sea of trolls"));
         assert!(g.holds("star"));
         assert!(g.holds(" Sea  of Trolls "));
@@ -550,7 +582,7 @@ mod tests {
     fn apply_nulls_what_the_document_does_not_state() {
         let g = Grounding::new(
             &snips_like(),
-            true,
+            Some(GroundMode::Stated),
             "a table in Somalia, 5 stars, note: fragile",
         )
         .unwrap();
@@ -563,6 +595,24 @@ mod tests {
         assert_eq!(v["title"], "Tennessee", "not nullable, never grounded");
         assert_eq!(v["loc"]["city"], "Somalia");
         assert_eq!(v["rows"][1]["sku"], "Y");
+    }
+
+    #[test]
+    fn distinct_mode_gives_one_quotation_to_the_first_field_only() {
+        let doc = "weather in Belgium tomorrow";
+        let mut v = json!({"name": null, "unit": null,
+            "loc": {"city": "Belgium", "state": "belgium "},
+            "rows": [{"note": "Belgium", "sku": "Belgium"}]});
+        let mut stated = v.clone();
+        let g = Grounding::new(&snips_like(), Some(GroundMode::Stated), doc).unwrap();
+        assert!(g.apply(&mut stated).is_empty(), "stated: every one is in the text");
+        let g = Grounding::new(&snips_like(), Some(GroundMode::Distinct), doc).unwrap();
+        assert_eq!(g.apply(&mut v), ["/loc/state", "/rows/0/note"]);
+        assert_eq!(v["loc"]["city"], "Belgium");
+        assert_eq!(v["rows"][0]["sku"], "Belgium", "not grounded, not counted");
+        assert!(g.stands("Belgium", ["tomorrow"].into_iter()));
+        assert!(!g.stands("Belgium", ["BELGIUM"].into_iter()));
+        assert!(!g.stands("France", std::iter::empty()));
     }
 
     #[test]

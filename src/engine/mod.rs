@@ -151,9 +151,10 @@ pub struct ExtractOptions {
     /// competes with a value, in nats (see `decode::DecodeOptions::null_bias`).
     pub null_bias: f32,
     /// Ground every nullable string of the schema ([`ground`]): a value the document
-    /// does not state becomes `null` (fields marked `x-formwork-grounded` are
-    /// grounded whatever this says).
-    pub grounded: bool,
+    /// does not state (or, `distinct`, that an earlier grounded field already took)
+    /// becomes `null`. Fields marked `x-formwork-grounded` are grounded (`stated`)
+    /// whatever this says.
+    pub grounded: Option<ground::GroundMode>,
     /// JSON Pointers whose non-empty value marks a record for review.
     pub review_fields: Vec<String>,
     /// How the schema is shown to the model (the mask enforces the JSON Schema either way).
@@ -176,7 +177,7 @@ impl Default for ExtractOptions {
             heal_forced: true,
             null_lookahead: false,
             null_bias: 0.0,
-            grounded: false,
+            grounded: None,
             review_fields: Vec::new(),
             prompt: prompt::PromptStyle::default(),
             examples: Vec::new(),
@@ -668,7 +669,12 @@ impl Engine {
 /// Free decoding's grounding, after the fact: the grounded strings of a valid value
 /// that the document does not state become `null`, when the value stays valid so
 /// (it does unless `x-formwork-rules` object).
-fn ground_free(schema: &Schema, document: &str, grounded: bool, ex: &mut Extraction) {
+fn ground_free(
+    schema: &Schema,
+    document: &str,
+    grounded: Option<ground::GroundMode>,
+    ex: &mut Extraction,
+) {
     let (Some(g), Some(v)) = (
         ground::Grounding::new(&schema.value, grounded, document),
         ex.value.as_ref(),
