@@ -799,7 +799,8 @@ fn distinct_grounding_gives_one_quotation_to_the_first_field_only() {
     let (text, out, _) = grounded_run_in(GroundMode::Stated, &schema, wants(want), &codec, doc);
     assert_eq!(text, want, "stated: both are in the document");
     assert_eq!(out.stats.grounded_nulls, 0);
-    let (text, out, last) = grounded_run_in(GroundMode::Distinct, &schema, wants(want), &codec, doc);
+    let (text, out, last) =
+        grounded_run_in(GroundMode::Distinct, &schema, wants(want), &codec, doc);
     assert_eq!(text, r#"{"city":"Belgium","country":null}"#);
     assert_eq!(out.stats.grounded_nulls, 1);
     fed_all_but_last(&out, &last);

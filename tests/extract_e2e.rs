@@ -523,7 +523,12 @@ fn readme_command_1_extracts_the_order_email_right() {
 
 /// The grounded strings of `schema` in `value` that `doc` does not state.
 fn not_stated(schema: &Value, value: &Value, doc: &str) -> Vec<String> {
-    let g = formwork::engine::ground::Grounding::new(schema, Some(formwork::engine::ground::GroundMode::Stated), doc).unwrap();
+    let g = formwork::engine::ground::Grounding::new(
+        schema,
+        Some(formwork::engine::ground::GroundMode::Stated),
+        doc,
+    )
+    .unwrap();
     let mut v = value.clone();
     g.apply(&mut v)
 }

@@ -48,8 +48,7 @@ pub fn python() -> Option<PathBuf> {
 
 #[test]
 fn openai_sdk_and_agents_get_pydantic_instances() {
-    let model =
-        std::env::var("FORMWORK_SERVE_TEST_MODEL").unwrap_or_else(|_| DEFAULT_MODEL.into());
+    let model = std::env::var("FORMWORK_SERVE_TEST_MODEL").unwrap_or_else(|_| DEFAULT_MODEL.into());
     let fetched = if model == DEFAULT_MODEL {
         common::home_with_qwen()
     } else {

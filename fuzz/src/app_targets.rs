@@ -34,7 +34,8 @@ fn validators() -> &'static [(Value, Validator)] {
 }
 
 /// Target `validate`: the tolerant extractor, then each validator (strict and tolerant)
-/// on the text. A text the strict check finds valid must parse as JSON.
+/// on the text. The extracted value is a bracketed span of the text, and a JSON text is
+/// extracted as JSON; a text the strict check finds valid must parse as JSON.
 pub fn validate(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
@@ -44,8 +45,26 @@ pub fn validate(data: &[u8]) {
             text.contains(x.value_text.as_str()),
             "the extracted value is not a span of the text"
         );
-        serde_json::from_str::<Value>(&x.value_text)
-            .unwrap_or_else(|e| panic!("extracted text is not JSON ({e}): {:?}", x.value_text));
+        // A balanced span; when none parses, the first balanced one is returned so the
+        // caller reports its parse error (src/validate/extract.rs), so it need not parse.
+        let t = x.value_text.as_bytes();
+        assert!(
+            matches!(
+                (t.first(), t.last()),
+                (Some(b'{'), Some(b'}')) | (Some(b'['), Some(b']'))
+            ),
+            "the extracted value is not a bracketed span: {:?}",
+            x.value_text
+        );
+        // A text that is itself a JSON object or array is extracted whole, and parses.
+        if let Ok(Value::Object(_) | Value::Array(_)) = serde_json::from_str::<Value>(text.trim()) {
+            serde_json::from_str::<Value>(&x.value_text).unwrap_or_else(|e| {
+                panic!(
+                    "a JSON text extracted as non-JSON ({e}): {:?}",
+                    x.value_text
+                )
+            });
+        }
     }
     for (schema, v) in validators() {
         let strict = v.check(text);

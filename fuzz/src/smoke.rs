@@ -80,4 +80,3 @@ pub fn smoke(root: &Path, target: &str, seed: u64, f: fn(&[u8])) {
         runs()
     );
 }
-

@@ -21,7 +21,12 @@ fn fuzz_smoke_compile() {
 
 #[test]
 fn fuzz_smoke_compile_structured() {
-    smoke::smoke(&root(), "compile_structured", 2, targets::compile_structured);
+    smoke::smoke(
+        &root(),
+        "compile_structured",
+        2,
+        targets::compile_structured,
+    );
 }
 
 #[test]

@@ -636,7 +636,12 @@ fn ground_back(
     let scan = ground::scan(&out.bytes);
     let since = *judged;
     *judged = out.bytes.len();
-    for (i, s) in scan.strings.iter().enumerate().filter(|(_, s)| s.end > since) {
+    for (i, s) in scan
+        .strings
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.end > since)
+    {
         let earlier = scan.strings[..i]
             .iter()
             .filter(|e| g.covers(&e.pattern))

@@ -569,7 +569,12 @@ mod tests {
 
     #[test]
     fn holds_is_case_and_space_blind_and_empty_never_holds() {
-        let g = Grounding::new(&snips_like(), Some(GroundMode::Stated), "Rate  The Sea of\nTrolls 1 STARS").unwrap();
+        let g = Grounding::new(
+            &snips_like(),
+            Some(GroundMode::Stated),
+            "Rate  The Sea of\nTrolls 1 STARS",
+        )
+        .unwrap();
         assert!(g.holds("the sea of trolls"));
         assert!(g.holds("star"));
         assert!(g.holds(" Sea  of Trolls "));
@@ -605,7 +610,10 @@ mod tests {
             "rows": [{"note": "Belgium", "sku": "Belgium"}]});
         let mut stated = v.clone();
         let g = Grounding::new(&snips_like(), Some(GroundMode::Stated), doc).unwrap();
-        assert!(g.apply(&mut stated).is_empty(), "stated: every one is in the text");
+        assert!(
+            g.apply(&mut stated).is_empty(),
+            "stated: every one is in the text"
+        );
         let g = Grounding::new(&snips_like(), Some(GroundMode::Distinct), doc).unwrap();
         assert_eq!(g.apply(&mut v), ["/loc/state", "/rows/0/note"]);
         assert_eq!(v["loc"]["city"], "Belgium");
