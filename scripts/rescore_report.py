@@ -5,7 +5,11 @@ fills and misses, and filled free-text values not found in the text (the fields
 `--source-strings` marks), per mode; with a third argument (another report.json), only the records
 whose ids that report also has (to compare runs on the same records). Same rules as src/bench/mod.rs: empty = null, absent or
 false; strings compared trimmed and lowercased; a record that does not conform fills
-nothing. Usage: scripts/rescore_report.py DATASET.jsonl REPORT.json [ONLY_IDS_OF.json]"""
+nothing. With --grounded, the rule of `--grounded` (src/engine/ground.rs) is applied to
+each conforming value first, as free decoding applies it after the fact: every nullable
+string (free text, or an enum of strings and null) whose value the record's text does not
+contain (case-insensitive, runs of whitespace as one space) becomes null.
+Usage: scripts/rescore_report.py [--grounded] DATASET.jsonl REPORT.json [ONLY_IDS_OF.json]"""
 import json
 import sys
 
@@ -85,7 +89,47 @@ def free_text_pointers(schema):
     walk(schema, "")
     return out
 
+def fold(s):
+    return " ".join(s.split()).lower()
+
+def grounded_pointers(schema):
+    """The pointers `--grounded` judges: the free-text ones, and nullable enums of strings."""
+    out = free_text_pointers(schema)
+    def walk(m, p):
+        for k, x in (m.get("properties") or {}).items():
+            q = p + "/" + k.replace("~", "~0").replace("/", "~1")
+            if "$ref" in x and x["$ref"].startswith("#"):
+                t = schema
+                for part in x["$ref"][1:].split("/")[1:]:
+                    t = t.get(part.replace("~1", "/").replace("~0", "~"), {})
+                x = t
+            e = x.get("enum")
+            if isinstance(e, list) and None in e and any(isinstance(v, str) for v in e) \
+                    and all(v is None or isinstance(v, str) for v in e):
+                if q not in out:
+                    out.append(q)
+            elif isinstance(x, dict):
+                walk(x, q)
+    walk(schema, "")
+    return out
+
+def ground(value, schema, text):
+    """`--grounded` after the fact: a copy of `value` with unstated grounded strings null."""
+    value = json.loads(json.dumps(value))
+    for ptr in grounded_pointers(schema):
+        x = get(value, ptr)
+        if isinstance(x, str) and (not fold(x) or fold(x) not in fold(text)):
+            parts = [q.replace("~1", "/").replace("~0", "~") for q in ptr.split("/")[1:]]
+            v = value
+            for q in parts[:-1]:
+                v = v[q]
+            v[parts[-1]] = None
+    return value
+
 def main():
+    args = [a for a in sys.argv[1:] if a != "--grounded"]
+    grounded = len(args) != len(sys.argv) - 1
+    sys.argv[1:] = args
     gold = {}
     texts = {}
     schemas = {}
@@ -107,6 +151,8 @@ def main():
         m["n"] += 1
         conforming = r["verdict"] in ("valid", "semantic_invalid")
         value = r["value"] if conforming else None
+        if grounded and value is not None:
+            value = ground(value, schemas[r["id"]], texts[r["id"]])
         if value is not None:
             for ptr in free_text_pointers(schemas[r["id"]]):
                 x = get(value, ptr)
@@ -116,7 +162,12 @@ def main():
         for ptr, g in leaves(gold[r["id"]]):
             p = get(value, ptr) if value is not None else None
             m["total"] += 1
-            m["right"] += r["field_hits"].get(ptr, False)
+            if grounded:
+                # As the bench: a record that does not conform gets no field right.
+                m["right"] += value is not None and (
+                    (empty(g) and empty(p)) or (not empty(g) and not empty(p) and equal(p, g)))
+            else:
+                m["right"] += r["field_hits"].get(ptr, False)
             m["gold_empty"] += empty(g)
             if empty(g) and empty(p):
                 m["emp"] += 1
