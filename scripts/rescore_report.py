@@ -8,8 +8,9 @@ false; strings compared trimmed and lowercased; a record that does not conform f
 nothing. With --grounded, the rule of `--grounded` (src/engine/ground.rs) is applied to
 each conforming value first, as free decoding applies it after the fact: every nullable
 string (free text, or an enum of strings and null) whose value the record's text does not
-contain (case-insensitive, runs of whitespace as one space) becomes null.
-Usage: scripts/rescore_report.py [--grounded] DATASET.jsonl REPORT.json [ONLY_IDS_OF.json]"""
+contain (case-insensitive, runs of whitespace as one space) becomes null; with
+--grounded=distinct, so does one that repeats an earlier grounded value of the answer.
+Usage: scripts/rescore_report.py [--grounded[=distinct]] DATASET.jsonl REPORT.json [ONLY_IDS_OF.json]"""
 import json
 import sys
 
@@ -113,12 +114,18 @@ def grounded_pointers(schema):
     walk(schema, "")
     return out
 
-def ground(value, schema, text):
-    """`--grounded` after the fact: a copy of `value` with unstated grounded strings null."""
+def ground(value, schema, text, distinct=False):
+    """`--grounded` after the fact: a copy of `value` with unstated grounded strings null
+    (and with `distinct`, those repeating an earlier grounded value, in document order)."""
     value = json.loads(json.dumps(value))
-    for ptr in grounded_pointers(schema):
-        x = get(value, ptr)
-        if isinstance(x, str) and (not fold(x) or fold(x) not in fold(text)):
+    ptrs = set(grounded_pointers(schema))
+    kept = []
+    for ptr, x in list(leaves(value)):
+        if ptr not in ptrs or not isinstance(x, str):
+            continue
+        if fold(x) and fold(x) in fold(text) and not (distinct and fold(x) in kept):
+            kept.append(fold(x))
+        else:
             parts = [q.replace("~1", "/").replace("~0", "~") for q in ptr.split("/")[1:]]
             v = value
             for q in parts[:-1]:
@@ -127,8 +134,9 @@ def ground(value, schema, text):
     return value
 
 def main():
-    args = [a for a in sys.argv[1:] if a != "--grounded"]
+    args = [a for a in sys.argv[1:] if not a.startswith("--grounded")]
     grounded = len(args) != len(sys.argv) - 1
+    distinct = "--grounded=distinct" in sys.argv
     sys.argv[1:] = args
     gold = {}
     texts = {}
@@ -152,7 +160,7 @@ def main():
         conforming = r["verdict"] in ("valid", "semantic_invalid")
         value = r["value"] if conforming else None
         if grounded and value is not None:
-            value = ground(value, schemas[r["id"]], texts[r["id"]])
+            value = ground(value, schemas[r["id"]], texts[r["id"]], distinct)
         if value is not None:
             for ptr in free_text_pointers(schemas[r["id"]]):
                 x = get(value, ptr)
