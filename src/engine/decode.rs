@@ -684,6 +684,52 @@ fn ground_back(
     Ok(None)
 }
 
+/// The loop's grounding: the checkpoint before the value being written, and how far
+/// the output's strings have been judged. Inert without grounded fields.
+struct Grounder<'a> {
+    g: Option<&'a Grounding>,
+    checkpoint: Option<Checkpoint>,
+    judged: usize,
+}
+
+impl Grounder<'_> {
+    fn checkpoint(
+        &mut self,
+        model: &dyn LanguageModel,
+        matcher: &Matcher,
+        pos: usize,
+        out: &mut DecodeOutput,
+    ) {
+        if let Some(g) = self.g {
+            maybe_checkpoint(g, model, matcher, pos, out, &mut self.checkpoint);
+        }
+    }
+
+    /// After the output grew: [`ground_back`], or `None` without grounded fields.
+    fn back(
+        &mut self,
+        model: &mut Box<dyn LanguageModel>,
+        codec: &dyn Codec,
+        matcher: &mut Matcher,
+        pos: &mut usize,
+        out: &mut DecodeOutput,
+    ) -> formwork_models::Result<Option<Vec<f32>>> {
+        match self.g {
+            Some(g) => ground_back(
+                g,
+                model,
+                codec,
+                matcher,
+                pos,
+                out,
+                &mut self.checkpoint,
+                &mut self.judged,
+            ),
+            None => Ok(None),
+        }
+    }
+}
+
 /// Run masked decoding from `logits` (the model's output after the prompt, whose
 /// length is `pos`).
 ///
@@ -718,10 +764,11 @@ pub fn decode_masked(
     let mut pending: Option<u32> = None;
     // With a null bias: the tokens that may carry a value's start inside them.
     let mut crossers: Option<Vec<u32>> = None;
-    // Grounding: the state before the value now being written, and how far the
-    // output's strings have been judged.
-    let mut checkpoint: Option<Checkpoint> = None;
-    let mut judged = 0;
+    let mut grounder = Grounder {
+        g: opts.grounding.as_deref(),
+        checkpoint: None,
+        judged: 0,
+    };
     loop {
         if Watch::stops(opts, &out.bytes) {
             out.stop = Stop::Cancelled;
@@ -737,21 +784,9 @@ pub fn decode_masked(
             let (toks, forced) = plan_feed(matcher, codec, pending.take(), opts, cap);
             if !toks.is_empty() {
                 out.push(codec, &toks, sampled, forced);
-                if let Some(g) = &opts.grounding {
-                    let back = ground_back(
-                        g,
-                        model,
-                        codec,
-                        matcher,
-                        &mut pos,
-                        &mut out,
-                        &mut checkpoint,
-                        &mut judged,
-                    )?;
-                    if let Some(l) = back {
-                        logits = l;
-                        continue;
-                    }
+                if let Some(l) = grounder.back(model, codec, matcher, &mut pos, &mut out)? {
+                    logits = l;
+                    continue;
                 }
                 if matcher.is_finished() {
                     // Nothing can follow: the logits after these tokens are never read.
@@ -783,9 +818,7 @@ pub fn decode_masked(
         }
         let left = opts.max_tokens - used;
         matcher.set_budget(left);
-        if let Some(g) = &opts.grounding {
-            maybe_checkpoint(g, model.as_ref(), matcher, pos, &mut out, &mut checkpoint);
-        }
+        grounder.checkpoint(model.as_ref(), matcher, pos, &mut out);
 
         // 2. Null against a value, both scored before committing.
         if opts.null_lookahead && sampler.sampling().is_greedy() && matcher.null_competes() {
@@ -806,21 +839,9 @@ pub fn decode_masked(
                 pos = w.pos;
                 let finished = w.finished;
                 out.append(w.out);
-                if let Some(g) = &opts.grounding {
-                    let back = ground_back(
-                        g,
-                        model,
-                        codec,
-                        matcher,
-                        &mut pos,
-                        &mut out,
-                        &mut checkpoint,
-                        &mut judged,
-                    )?;
-                    if let Some(l) = back {
-                        logits = l;
-                        continue;
-                    }
+                if let Some(l) = grounder.back(model, codec, matcher, &mut pos, &mut out)? {
+                    logits = l;
+                    continue;
                 }
                 if finished {
                     out.stop = Stop::Finished;
@@ -869,21 +890,9 @@ pub fn decode_masked(
         commit_sampled(matcher, tok)?;
         if matcher.is_finished() {
             out.push(codec, &[tok], true, false);
-            if let Some(g) = &opts.grounding {
-                let back = ground_back(
-                    g,
-                    model,
-                    codec,
-                    matcher,
-                    &mut pos,
-                    &mut out,
-                    &mut checkpoint,
-                    &mut judged,
-                )?;
-                if let Some(l) = back {
-                    logits = l;
-                    continue;
-                }
+            if let Some(l) = grounder.back(model, codec, matcher, &mut pos, &mut out)? {
+                logits = l;
+                continue;
             }
             out.stop = Stop::Finished;
             break;
