@@ -25,7 +25,9 @@
 //! the fields after it are decoded after the `null`. Free decoding is judged after
 //! the fact ([`Grounding::apply`]). Pure: no model, no I/O.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
+
+use super::source::{resolve, type_names};
 
 /// The schema keyword that marks one field grounded.
 pub const KEYWORD: &str = "x-formwork-grounded";
@@ -180,32 +182,6 @@ fn escape(k: &str) -> String {
 
 /// Nesting walked at most (schemas and instances).
 const MAX_DEPTH: usize = 64;
-
-fn type_names(m: &Map<String, Value>) -> Vec<&str> {
-    match m.get("type") {
-        Some(Value::String(s)) => vec![s.as_str()],
-        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
-        _ => Vec::new(),
-    }
-}
-
-/// A `$ref` inside the document, followed (a few hops at most).
-fn resolve<'a>(root: &'a Value, mut v: &'a Value) -> &'a Value {
-    for _ in 0..8 {
-        let Some(p) = v
-            .get("$ref")
-            .and_then(Value::as_str)
-            .and_then(|r| r.strip_prefix('#'))
-        else {
-            break;
-        };
-        match root.pointer(p) {
-            Some(t) => v = t,
-            None => break,
-        }
-    }
-    v
-}
 
 /// What a (resolved) subschema admits, for grounding: a quotable string, `null`, both.
 #[derive(Default, Clone, Copy)]

@@ -24,7 +24,8 @@ pub fn mark_free_text(schema: &Value, mode: SourceMode) -> Value {
 /// Nesting walked at most (the validator refuses deeper schemas anyway).
 const MAX_DEPTH: usize = 128;
 
-fn type_names(m: &Map<String, Value>) -> Vec<&str> {
+/// The names in a subschema's `type` (a string or a list).
+pub(super) fn type_names(m: &Map<String, Value>) -> Vec<&str> {
     match m.get("type") {
         Some(Value::String(s)) => vec![s.as_str()],
         Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
@@ -39,7 +40,7 @@ fn free_text(m: &Map<String, Value>) -> bool {
 }
 
 /// A `$ref` inside the document, followed (a few hops at most).
-fn resolve<'a>(root: &'a Value, mut v: &'a Value) -> &'a Value {
+pub(super) fn resolve<'a>(root: &'a Value, mut v: &'a Value) -> &'a Value {
     for _ in 0..8 {
         let Some(r) = v.get("$ref").and_then(Value::as_str) else {
             break;
