@@ -167,8 +167,6 @@ pub struct DecodeStats {
     /// Grounded strings that failed but could not be taken back (no snapshot before
     /// them, or the grammar refused `null` there); they stay in the output.
     pub grounded_kept: usize,
-    /// KV snapshots taken before values that may be grounded.
-    pub grounding_checkpoints: usize,
 }
 
 /// One choice between `null` and a value at a nullable field.
@@ -589,101 +587,6 @@ struct Checkpoint {
     ranges: usize,
 }
 
-/// Takes a [`Checkpoint`] when the text ends where the next value may be grounded.
-fn maybe_checkpoint(
-    g: &Grounding,
-    model: &dyn LanguageModel,
-    matcher: &Matcher,
-    pos: usize,
-    out: &mut DecodeOutput,
-    checkpoint: &mut Option<Checkpoint>,
-) {
-    let s = ground::scan(&out.bytes);
-    let worth = match (&s.next_value, &s.before_value_in) {
-        (Some(p), _) => g.covers(p),
-        (None, Some(c)) => g.covers_inside(c),
-        _ => false,
-    };
-    if worth && checkpoint.as_ref().map(|c| c.bytes) != Some(out.bytes.len()) {
-        *checkpoint = Some(Checkpoint {
-            model: model.snapshot(),
-            matcher: matcher.clone(),
-            pos,
-            tokens: out.tokens.len(),
-            bytes: out.bytes.len(),
-            ranges: out.forced_ranges.len(),
-        });
-        out.stats.grounding_checkpoints += 1;
-    }
-}
-
-/// Judges the grounded strings completed since byte `judged` of the output (which has
-/// grown, and whose new tokens the model has not been fed). On the first that the
-/// document does not state, goes back to the checkpoint before it, writes the same
-/// bytes up to the value and `null` in its place (one forward pass), and returns the
-/// logits after them; the loop goes on from there. `None`: nothing taken back.
-#[allow(clippy::too_many_arguments)]
-fn ground_back(
-    g: &Grounding,
-    model: &mut Box<dyn LanguageModel>,
-    codec: &dyn Codec,
-    matcher: &mut Matcher,
-    pos: &mut usize,
-    out: &mut DecodeOutput,
-    checkpoint: &mut Option<Checkpoint>,
-    judged: &mut usize,
-) -> formwork_models::Result<Option<Vec<f32>>> {
-    let scan = ground::scan(&out.bytes);
-    let since = *judged;
-    *judged = out.bytes.len();
-    for (i, s) in scan
-        .strings
-        .iter()
-        .enumerate()
-        .filter(|(_, s)| s.end > since)
-    {
-        let earlier = scan.strings[..i]
-            .iter()
-            .filter(|e| g.covers(&e.pattern))
-            .map(|e| e.value.as_str());
-        if !g.covers(&s.pattern) || g.stands(&s.value, earlier) {
-            continue;
-        }
-        let Some(cp) = checkpoint.take_if(|c| c.bytes <= s.start) else {
-            out.stats.grounded_kept += 1;
-            continue;
-        };
-        let mut text = out.bytes[cp.bytes..s.start].to_vec();
-        text.extend_from_slice(b"null");
-        let replay = std::str::from_utf8(&text)
-            .ok()
-            .map(|t| codec.encode(t))
-            .unwrap_or_default();
-        let mut m = cp.matcher.clone();
-        let ok = !replay.is_empty()
-            && replay
-                .iter()
-                .all(|&t| m.is_allowed(t) && m.commit(t).is_ok());
-        if !ok {
-            out.stats.grounded_kept += 1;
-            continue;
-        }
-        *model = cp.model;
-        *matcher = m;
-        out.tokens.truncate(cp.tokens);
-        out.bytes.truncate(cp.bytes);
-        out.forced_ranges.truncate(cp.ranges);
-        out.push(codec, &replay, false, true);
-        let logits = model.forward(&replay, cp.pos)?;
-        *pos = cp.pos + replay.len();
-        out.stats.forward_passes += 1;
-        out.stats.grounded_nulls += 1;
-        *judged = out.bytes.len();
-        return Ok(Some(logits));
-    }
-    Ok(None)
-}
-
 /// The loop's grounding: the checkpoint before the value being written, and how far
 /// the output's strings have been judged. Inert without grounded fields.
 struct Grounder<'a> {
@@ -693,19 +596,38 @@ struct Grounder<'a> {
 }
 
 impl Grounder<'_> {
+    /// Takes a [`Checkpoint`] when the text ends where the next value may be grounded.
     fn checkpoint(
         &mut self,
         model: &dyn LanguageModel,
         matcher: &Matcher,
         pos: usize,
-        out: &mut DecodeOutput,
+        out: &DecodeOutput,
     ) {
-        if let Some(g) = self.g {
-            maybe_checkpoint(g, model, matcher, pos, out, &mut self.checkpoint);
+        let Some(g) = self.g else { return };
+        let s = ground::scan(&out.bytes);
+        let worth = match (&s.next_value, &s.before_value_in) {
+            (Some(p), _) => g.covers(p),
+            (None, Some(c)) => g.covers_inside(c),
+            _ => false,
+        };
+        if worth && self.checkpoint.as_ref().map(|c| c.bytes) != Some(out.bytes.len()) {
+            self.checkpoint = Some(Checkpoint {
+                model: model.snapshot(),
+                matcher: matcher.clone(),
+                pos,
+                tokens: out.tokens.len(),
+                bytes: out.bytes.len(),
+                ranges: out.forced_ranges.len(),
+            });
         }
     }
 
-    /// After the output grew: [`ground_back`], or `None` without grounded fields.
+    /// Judges the grounded strings completed since the last call (the output has
+    /// grown, and the model has not been fed its new tokens). On the first that does
+    /// not stand, goes back to the checkpoint before it, writes the same bytes up to
+    /// the value and `null` in its place (one forward pass), and returns the logits
+    /// after them; the loop goes on from there. `None`: nothing taken back.
     fn back(
         &mut self,
         model: &mut Box<dyn LanguageModel>,
@@ -714,19 +636,56 @@ impl Grounder<'_> {
         pos: &mut usize,
         out: &mut DecodeOutput,
     ) -> formwork_models::Result<Option<Vec<f32>>> {
-        match self.g {
-            Some(g) => ground_back(
-                g,
-                model,
-                codec,
-                matcher,
-                pos,
-                out,
-                &mut self.checkpoint,
-                &mut self.judged,
-            ),
-            None => Ok(None),
+        let Some(g) = self.g else { return Ok(None) };
+        let scan = ground::scan(&out.bytes);
+        let since = self.judged;
+        self.judged = out.bytes.len();
+        for (i, s) in scan
+            .strings
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.end > since)
+        {
+            let earlier = scan.strings[..i]
+                .iter()
+                .filter(|e| g.covers(&e.pattern))
+                .map(|e| e.value.as_str());
+            if !g.covers(&s.pattern) || g.stands(&s.value, earlier) {
+                continue;
+            }
+            let Some(cp) = self.checkpoint.take_if(|c| c.bytes <= s.start) else {
+                out.stats.grounded_kept += 1;
+                continue;
+            };
+            let mut text = out.bytes[cp.bytes..s.start].to_vec();
+            text.extend_from_slice(b"null");
+            let replay = std::str::from_utf8(&text)
+                .ok()
+                .map(|t| codec.encode(t))
+                .unwrap_or_default();
+            let mut m = cp.matcher.clone();
+            let ok = !replay.is_empty()
+                && replay
+                    .iter()
+                    .all(|&t| m.is_allowed(t) && m.commit(t).is_ok());
+            if !ok {
+                out.stats.grounded_kept += 1;
+                continue;
+            }
+            *model = cp.model;
+            *matcher = m;
+            out.tokens.truncate(cp.tokens);
+            out.bytes.truncate(cp.bytes);
+            out.forced_ranges.truncate(cp.ranges);
+            out.push(codec, &replay, false, true);
+            let logits = model.forward(&replay, cp.pos)?;
+            *pos = cp.pos + replay.len();
+            out.stats.forward_passes += 1;
+            out.stats.grounded_nulls += 1;
+            self.judged = out.bytes.len();
+            return Ok(Some(logits));
         }
+        Ok(None)
     }
 }
 
@@ -818,7 +777,7 @@ pub fn decode_masked(
         }
         let left = opts.max_tokens - used;
         matcher.set_budget(left);
-        grounder.checkpoint(model.as_ref(), matcher, pos, &mut out);
+        grounder.checkpoint(model.as_ref(), matcher, pos, &out);
 
         // 2. Null against a value, both scored before committing.
         if opts.null_lookahead && sampler.sampling().is_greedy() && matcher.null_competes() {

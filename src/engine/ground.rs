@@ -90,11 +90,6 @@ impl Grounding {
         self.holds(value) && !(self.distinct && earlier.any(|e| fold(e) == fold(value)))
     }
 
-    /// The instance-pointer patterns judged (`/location/state`, `/rows/*/note`).
-    pub fn patterns(&self) -> &[String] {
-        &self.patterns
-    }
-
     /// Is a value at `pattern` judged?
     pub fn covers(&self, pattern: &str) -> bool {
         self.patterns.iter().any(|p| p == pattern)
@@ -338,16 +333,26 @@ pub struct Scan {
 }
 
 enum Frame {
-    /// An object: its pattern, the current key, and whether the key's value is next.
+    /// An object: its pattern, the current key, whether the key's value is next (after
+    /// its colon), and whether that value has started.
     Object {
         pat: String,
         key: Option<String>,
         value_next: bool,
+        has_value: bool,
     },
     Array {
         pat: String,
         value_next: bool,
     },
+}
+
+impl Frame {
+    fn pat(&self) -> &str {
+        match self {
+            Frame::Object { pat, .. } | Frame::Array { pat, .. } => pat,
+        }
+    }
 }
 
 /// Scans a prefix of a JSON text (compact or not). Invalid JSON gives what was read
@@ -370,8 +375,6 @@ pub fn scan(bytes: &[u8]) -> Scan {
         }
     };
     let mut unterminated = false;
-    // The current object key already has its value (started or done).
-    let mut key_has_value = false;
     while i < bytes.len() {
         let c = bytes[i];
         if in_scalar {
@@ -399,16 +402,13 @@ pub fn scan(bytes: &[u8]) -> Scan {
                 if j >= bytes.len() {
                     unterminated = true;
                     // An open key still lies before its value; an open value does not.
-                    if !value_next && matches!(stack.last(), Some(Frame::Object { .. })) {
-                        out.before_value_in = stack.last().map(|f| match f {
-                            Frame::Object { pat, .. } | Frame::Array { pat, .. } => pat.clone(),
-                        });
+                    if let (false, Some(f @ Frame::Object { .. })) = (value_next, stack.last()) {
+                        out.before_value_in = Some(f.pat().to_string());
                     }
                     break;
                 }
                 let decoded: String = serde_json::from_slice(&bytes[start..=j]).unwrap_or_default();
                 if value_next {
-                    key_has_value = true;
                     out.strings.push(StringValue {
                         pattern: value_pattern(&stack),
                         start,
@@ -416,9 +416,9 @@ pub fn scan(bytes: &[u8]) -> Scan {
                         value: decoded,
                     });
                     set_value_done(&mut stack, &mut root_next);
-                } else if let Some(Frame::Object { key, .. }) = stack.last_mut() {
+                } else if let Some(Frame::Object { key, has_value, .. }) = stack.last_mut() {
                     *key = Some(decoded);
-                    key_has_value = false;
+                    *has_value = false;
                 }
                 i = j + 1;
                 continue;
@@ -426,12 +426,12 @@ pub fn scan(bytes: &[u8]) -> Scan {
             b'{' | b'[' => {
                 let pat = value_pattern(&stack);
                 set_value_done(&mut stack, &mut root_next);
-                key_has_value = false;
                 stack.push(if c == b'{' {
                     Frame::Object {
                         pat,
                         key: None,
                         value_next: false,
+                        has_value: false,
                     }
                 } else {
                     Frame::Array {
@@ -442,8 +442,6 @@ pub fn scan(bytes: &[u8]) -> Scan {
             }
             b'}' | b']' => {
                 stack.pop();
-                // The container was the value of its parent's key.
-                key_has_value = true;
             }
             b':' => {
                 if let Some(Frame::Object { value_next, .. }) = stack.last_mut() {
@@ -459,7 +457,6 @@ pub fn scan(bytes: &[u8]) -> Scan {
             _ => {
                 if value_next {
                     set_value_done(&mut stack, &mut root_next);
-                    key_has_value = true;
                 }
                 in_scalar = true;
             }
@@ -467,13 +464,14 @@ pub fn scan(bytes: &[u8]) -> Scan {
         i += 1;
     }
     if !unterminated && !in_scalar {
-        out.before_value_in = stack.last().map(|f| match f {
-            Frame::Object { pat, .. } | Frame::Array { pat, .. } => pat.clone(),
-        });
+        out.before_value_in = stack.last().map(|f| f.pat().to_string());
         out.next_value = match stack.last() {
             Some(Frame::Object {
-                pat, key: Some(k), ..
-            }) if !key_has_value => Some(format!("{pat}/{}", escape(k))),
+                pat,
+                key: Some(k),
+                has_value: false,
+                ..
+            }) => Some(format!("{pat}/{}", escape(k))),
             Some(Frame::Array {
                 pat,
                 value_next: true,
@@ -487,9 +485,15 @@ pub fn scan(bytes: &[u8]) -> Scan {
 /// The value in the current slot has started: the container waits for `,` or its end.
 fn set_value_done(stack: &mut [Frame], root_next: &mut bool) {
     match stack.last_mut() {
-        Some(Frame::Object { value_next, .. }) | Some(Frame::Array { value_next, .. }) => {
-            *value_next = false
+        Some(Frame::Object {
+            value_next,
+            has_value,
+            ..
+        }) => {
+            *value_next = false;
+            *has_value = true;
         }
+        Some(Frame::Array { value_next, .. }) => *value_next = false,
         None => *root_next = false,
     }
 }
