@@ -549,8 +549,14 @@ impl ModelWeights {
 
     /// Feed `tokens` at `index_pos..`; the logits of the last one.
     pub fn forward_tokens(&mut self, tokens: &[u32], index_pos: usize) -> Result<Vec<f32>> {
-        let w = self.w.clone();
-        let cfg = &w.cfg;
+        let mut out = Self::forward_batch(&mut [self], &[(tokens, index_pos)]);
+        out.pop()
+            .unwrap_or_else(|| bail("forward: no result".into()))
+    }
+
+    /// Check one sequence's feed against its cache; start over at position 0.
+    fn begin(&mut self, tokens: &[u32], index_pos: usize) -> Result<()> {
+        let cfg = &self.w.cfg;
         if tokens.is_empty() {
             return bail(format!("forward at position {index_pos}: no tokens"));
         }
@@ -560,9 +566,7 @@ impl ModelWeights {
                 cfg.vocab_size
             ));
         }
-        if index_pos == 0 {
-            self.clear_kv_cache();
-        } else if index_pos != self.len {
+        if index_pos != 0 && index_pos != self.len {
             return bail(format!(
                 "forward at position {index_pos}: the KV cache holds {} positions",
                 self.len
@@ -575,39 +579,105 @@ impl ModelWeights {
                 cfg.context_length
             ));
         }
-        let isa = self.isa;
-        let cache = &mut self.cache;
-        let mut run = move || forward_impl(&w, cache, isa, tokens, index_pos);
-        let out = match pool() {
-            Some(p) => p.install(run),
-            None => run(),
+        if index_pos == 0 {
+            self.clear_kv_cache();
+        }
+        Ok(())
+    }
+
+    /// Several sequences in one pass: `models[i]` is fed `feeds[i] = (tokens, index_pos)`
+    /// and gets the logits of its last token. Each sequence keeps its own KV cache and
+    /// position; every matmul covers the rows of all of them at once, so the weights
+    /// are read once per pass instead of once per sequence. A token's arithmetic does
+    /// not depend on what shares its pass, so each result equals the sequence's
+    /// forward alone, bit for bit (`tests/llama_batch.rs`).
+    ///
+    /// The models must be snapshots of one model (the same weights). A feed that its
+    /// own model refuses (an empty feed, a token out of range, a position that is not
+    /// its cache's length or 0, the context length) gets its error and leaves its cache
+    /// as it was; the others run.
+    pub fn forward_batch(
+        models: &mut [&mut ModelWeights],
+        feeds: &[(&[u32], usize)],
+    ) -> Vec<Result<Vec<f32>>> {
+        assert_eq!(models.len(), feeds.len(), "one feed per model");
+        let mut results: Vec<Option<Result<Vec<f32>>>> = (0..models.len()).map(|_| None).collect();
+        let Some(first) = models.first() else {
+            return Vec::new();
         };
-        match out {
-            Ok(l) => {
-                self.len = end;
-                Ok(l)
-            }
-            Err(e) => {
-                self.clear_kv_cache();
-                Err(e)
+        let w = first.w.clone();
+        let isa = first.isa;
+        let mut run: Vec<usize> = Vec::new();
+        for (i, (m, &(tokens, pos))) in models.iter_mut().zip(feeds).enumerate() {
+            if !Arc::ptr_eq(&m.w, &w) {
+                results[i] = Some(bail(
+                    "a batched forward mixes models with different weights".into(),
+                ));
+            } else if let Err(e) = m.begin(tokens, pos) {
+                results[i] = Some(Err(e));
+            } else {
+                run.push(i);
             }
         }
+        if !run.is_empty() {
+            let segs: Vec<(&[u32], usize)> = run.iter().map(|&i| feeds[i]).collect();
+            let mut caches: Vec<&mut [LayerCache]> = Vec::with_capacity(run.len());
+            let mut lens: Vec<&mut usize> = Vec::with_capacity(run.len());
+            let mut k = 0;
+            for (i, m) in models.iter_mut().enumerate() {
+                if run.get(k) == Some(&i) {
+                    caches.push(&mut m.cache[..]);
+                    lens.push(&mut m.len);
+                    k += 1;
+                }
+            }
+            let mut go = || forward_impl(&w, &mut caches, isa, &segs);
+            let out = match pool() {
+                Some(p) => p.install(go),
+                None => go(),
+            };
+            match out {
+                Ok(logits) => {
+                    for ((len, seg), (&i, l)) in
+                        lens.into_iter().zip(&segs).zip(run.iter().zip(logits))
+                    {
+                        *len = seg.1 + seg.0.len();
+                        results[i] = Some(Ok(l));
+                    }
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    for &i in &run {
+                        results[i] = Some(bail(msg.clone()));
+                    }
+                    for &i in &run {
+                        models[i].clear_kv_cache();
+                    }
+                }
+            }
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| bail("forward: no result".into())))
+            .collect()
     }
 }
 
+/// The forward pass of `segs.len()` sequences: segment `s` feeds `segs[s].0` at positions
+/// `segs[s].1..` over `caches[s]`; the logits of each segment's last token.
 fn forward_impl(
     w: &Weights,
-    cache: &mut [LayerCache],
+    caches: &mut [&mut [LayerCache]],
     isa: Isa,
-    tokens: &[u32],
-    pos: usize,
-) -> Result<Vec<f32>> {
+    segs: &[(&[u32], usize)],
+) -> Result<Vec<Vec<f32>>> {
     let cfg = &w.cfg;
-    let n = tokens.len();
+    let n: usize = segs.iter().map(|s| s.0.len()).sum();
     let dim = cfg.hidden_size;
     let kvd = cfg.kv_dim();
     let mut x = vec![0f32; n * dim];
-    for (t, row) in tokens.iter().zip(x.chunks_exact_mut(dim)) {
+    let tokens = segs.iter().flat_map(|s| s.0.iter());
+    for (t, row) in tokens.zip(x.chunks_exact_mut(dim)) {
         match &w.embed {
             Embedding::Own(m) => m.dequantize_row(*t as usize, row),
             Embedding::F32 { table, cols } => {
@@ -615,20 +685,25 @@ fn forward_impl(
             }
         }
     }
-    // cos/sin for the new positions, as candle computes them (f32 angle = pos * inv_freq).
+    // cos/sin for each row's position, as candle computes them (f32 angle = pos * inv_freq).
     let half = cfg.head_dim / 2;
     let mut cos = Vec::with_capacity(n * half);
     let mut sin = Vec::with_capacity(n * half);
-    for p in pos..pos + n {
-        for f in &w.inv_freq {
-            let a = p as f32 * f;
-            cos.push(a.cos());
-            sin.push(a.sin());
+    // Each row's (segment, index within the segment).
+    let mut rows: Vec<(usize, usize)> = Vec::with_capacity(n);
+    for (s, &(toks, pos)) in segs.iter().enumerate() {
+        for t in 0..toks.len() {
+            rows.push((s, t));
+            for f in &w.inv_freq {
+                let a = (pos + t) as f32 * f;
+                cos.push(a.cos());
+                sin.push(a.sin());
+            }
         }
     }
     let mut acts = Q8Acts::default();
     let mut h = vec![0f32; n * dim];
-    for (layer, c) in w.layers.iter().zip(cache.iter_mut()) {
+    for (l, layer) in w.layers.iter().enumerate() {
         rms_norm(&x, &layer.attn_norm, cfg.rms_norm_eps, &mut h);
         let [mut q, mut k, mut v] =
             project(isa, [&layer.wq, &layer.wk, &layer.wv], &h, n, &mut acts)?;
@@ -640,10 +715,17 @@ fn forward_impl(
         let style = cfg.arch.rope();
         rope(style, &mut q, cfg.head_dim, &cos, &sin);
         rope(style, &mut k, cfg.head_dim, &cos, &sin);
-        c.k.extend_from_slice(&k);
-        c.v.extend_from_slice(&v);
-        let att = attention(isa, cfg, &q, c, pos, n);
-        debug_assert_eq!(c.k.len(), (pos + n) * kvd);
+        let mut r0 = 0;
+        for (c, &(toks, pos)) in caches.iter_mut().zip(segs) {
+            let c = &mut c[l];
+            let r1 = r0 + toks.len();
+            c.k.extend_from_slice(&k[r0 * kvd..r1 * kvd]);
+            c.v.extend_from_slice(&v[r0 * kvd..r1 * kvd]);
+            debug_assert_eq!(c.k.len(), (pos + toks.len()) * kvd);
+            r0 = r1;
+        }
+        let layer_caches: Vec<&LayerCache> = caches.iter().map(|c| &c[l]).collect();
+        let att = attention(isa, cfg, &q, &layer_caches, segs, &rows);
         let [o] = project(isa, [&layer.wo], &att, n, &mut acts)?;
         add(&mut x, &o);
         rms_norm(&x, &layer.ffn_norm, cfg.rms_norm_eps, &mut h);
@@ -654,11 +736,22 @@ fn forward_impl(
         let [d] = project(isa, [&layer.down], &g, n, &mut acts)?;
         add(&mut x, &d);
     }
-    let last = &x[(n - 1) * dim..];
-    let mut hn = vec![0f32; dim];
-    rms_norm(last, &w.norm, cfg.rms_norm_eps, &mut hn);
-    let [logits] = project(isa, [&w.output], &hn, 1, &mut acts)?;
-    Ok(logits)
+    // The last row of each segment.
+    let b = segs.len();
+    let mut hn = vec![0f32; b * dim];
+    let mut end = 0;
+    for (&(toks, _), out) in segs.iter().zip(hn.chunks_exact_mut(dim)) {
+        end += toks.len();
+        rms_norm(
+            &x[(end - 1) * dim..end * dim],
+            &w.norm,
+            cfg.rms_norm_eps,
+            out,
+        );
+    }
+    let [logits] = project(isa, [&w.output], &hn, b, &mut acts)?;
+    let vocab = logits.len() / b;
+    Ok(logits.chunks_exact(vocab).map(|c| c.to_vec()).collect())
 }
 
 fn add(x: &mut [f32], y: &[f32]) {
@@ -786,30 +879,41 @@ fn transpose(a: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     t
 }
 
-/// Causal attention of the `n` new queries (positions `pos..pos + n`) over the cache.
-fn attention(isa: Isa, cfg: &Config, q: &[f32], c: &LayerCache, pos: usize, n: usize) -> Vec<f32> {
+/// Causal attention of each new row over its own sequence's cache: row `r` is token
+/// `rows[r].1` of segment `rows[r].0`, at position `segs[s].1 + t`, and sees the first
+/// `pos + t + 1` positions of `caches[s]`.
+fn attention(
+    isa: Isa,
+    cfg: &Config,
+    q: &[f32],
+    caches: &[&LayerCache],
+    segs: &[(&[u32], usize)],
+    rows: &[(usize, usize)],
+) -> Vec<f32> {
     let hd = cfg.head_dim;
     let heads = cfg.num_attention_heads;
     let group = heads / cfg.num_key_value_heads;
     let kvd = cfg.kv_dim();
     let scale = 1.0 / (hd as f32).sqrt();
-    let mut out = vec![0f32; n * heads * hd];
+    let mut out = vec![0f32; rows.len() * heads * hd];
     let one = |idx: usize, o: &mut [f32]| {
-        let (t, h) = (idx / heads, idx % heads);
+        let (r, h) = (idx / heads, idx % heads);
+        let (s, t) = rows[r];
+        let c = caches[s];
         let g = h / group;
-        let qh = &q[t * heads * hd + h * hd..][..hd];
-        let len = pos + t + 1;
-        let mut s: Vec<f32> = (0..len)
+        let qh = &q[r * heads * hd + h * hd..][..hd];
+        let len = segs[s].1 + t + 1;
+        let mut sc: Vec<f32> = (0..len)
             .map(|j| dot_f32(isa, qh, &c.k[j * kvd + g * hd..][..hd]) * scale)
             .collect();
-        let max = s.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+        let max = sc.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
         let mut sum = 0f32;
-        for v in s.iter_mut() {
+        for v in sc.iter_mut() {
             *v = (*v - max).exp();
             sum += *v;
         }
         let inv = 1.0 / sum;
-        for (j, p) in s.iter().enumerate() {
+        for (j, p) in sc.iter().enumerate() {
             axpy(isa, p * inv, &c.v[j * kvd + g * hd..][..hd], o);
         }
     };

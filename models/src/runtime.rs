@@ -196,6 +196,80 @@ pub trait LanguageModel: Send {
     fn timings(&self) -> ForwardTimings {
         ForwardTimings::default()
     }
+    /// This model as `Any`, so that [`forward_batch`] can recognise models that compute
+    /// several sequences in one pass. `None` (the default): they run one after another.
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
+    }
+}
+
+/// Forward several sequences: `models[i]` is fed `feeds[i] = (tokens, pos)` and gets its
+/// own result, as [`LanguageModel::forward`] would give it. Snapshots of one formwork
+/// CPU model (llama, Qwen2) run in one pass whose matmuls cover all of their rows, so the
+/// weights are read once for the batch; other models run one after another.
+pub fn forward_batch(
+    models: &mut [Box<dyn LanguageModel>],
+    feeds: &[(&[u32], usize)],
+) -> Vec<Result<Vec<f32>>> {
+    assert_eq!(models.len(), feeds.len(), "one feed per model");
+    type Own = CandleModel<crate::llama::ModelWeights>;
+    let own = models.len() > 1
+        && models
+            .iter_mut()
+            .all(|m| m.as_any_mut().is_some_and(|a| a.is::<Own>()));
+    if !own {
+        return models
+            .iter_mut()
+            .zip(feeds)
+            .map(|(m, &(t, p))| m.forward(t, p))
+            .collect();
+    }
+    let mut own: Vec<&mut Own> = models
+        .iter_mut()
+        .filter_map(|m| m.as_any_mut()?.downcast_mut::<Own>())
+        .collect();
+    let mut results: Vec<Option<Result<Vec<f32>>>> = (0..own.len()).map(|_| None).collect();
+    let mut run = Vec::new();
+    for (i, (m, &(t, p))) in own.iter_mut().zip(feeds).enumerate() {
+        match m.check(t, p) {
+            Ok(()) => run.push(i),
+            Err(e) => results[i] = Some(Err(e)),
+        }
+    }
+    let started = Instant::now();
+    let timing = own[0].timing.clone();
+    let mut picked: Vec<&mut Own> = Vec::with_capacity(run.len());
+    let mut sub: Vec<(&[u32], usize)> = Vec::with_capacity(run.len());
+    for (i, m) in own.into_iter().enumerate() {
+        if run.contains(&i) {
+            sub.push(feeds[i]);
+            picked.push(m);
+        }
+    }
+    let mut weights: Vec<&mut crate::llama::ModelWeights> =
+        picked.iter_mut().map(|m| &mut m.weights).collect();
+    let out = crate::llama::ModelWeights::forward_batch(&mut weights, &sub);
+    let mut bytes = 0;
+    for ((m, &i), (r, &(t, p))) in picked.iter_mut().zip(&run).zip(out.into_iter().zip(&sub)) {
+        results[i] = Some(match r {
+            Ok(l) => {
+                m.cached = p + t.len();
+                bytes += l.len() * std::mem::size_of::<f32>();
+                Ok(l)
+            }
+            Err(e) => {
+                m.clear_kv_cache();
+                Err(e.into())
+            }
+        });
+    }
+    if !run.is_empty() {
+        timing.add(started.elapsed(), Duration::ZERO, bytes);
+    }
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Err(forward_err("forward: no result".into()))))
+        .collect()
 }
 
 /// The cost of forward passes, split where the logits leave the device: `compute` runs
@@ -282,6 +356,32 @@ impl LoadedModel {
             device_note: self.device_note.clone(),
             context_length: self.context_length,
         }
+    }
+}
+
+impl LoadedModel {
+    /// This model in `group`: forwards from the group's member threads run as one
+    /// batched pass ([`crate::group`]); snapshots (and so [`LoadedModel::share`]) stay in it.
+    pub fn into_group(mut self, group: &Arc<crate::group::BatchGroup>) -> LoadedModel {
+        let model = std::mem::replace(&mut self.model, Box::new(Unloaded));
+        self.model = group.wrap(model);
+        self
+    }
+}
+
+/// A placeholder for a moment inside [`LoadedModel::into_group`].
+struct Unloaded;
+
+impl LanguageModel for Unloaded {
+    fn forward(&mut self, _: &[u32], _: usize) -> Result<Vec<f32>> {
+        Err(forward_err("no model".into()))
+    }
+    fn vocab_size(&self) -> usize {
+        0
+    }
+    fn clear_kv_cache(&mut self) {}
+    fn snapshot(&self) -> Box<dyn LanguageModel> {
+        Box::new(Unloaded)
     }
 }
 
@@ -527,12 +627,9 @@ impl<W: Weights> CandleModel<W> {
     }
 }
 
-fn forward_err(msg: String) -> ModelError {
-    ModelError::Candle(candle_core::Error::Msg(msg))
-}
-
-impl<W: Weights> LanguageModel for CandleModel<W> {
-    fn forward(&mut self, tokens: &[u32], pos: usize) -> Result<Vec<f32>> {
+impl<W: Weights> CandleModel<W> {
+    /// What [`LanguageModel::forward`] refuses before it computes anything.
+    fn check(&self, tokens: &[u32], pos: usize) -> Result<()> {
         if tokens.is_empty() {
             return Err(forward_err(format!("forward at position {pos}: no tokens")));
         }
@@ -556,6 +653,17 @@ impl<W: Weights> LanguageModel for CandleModel<W> {
                 self.cached, self.cached
             )));
         }
+        Ok(())
+    }
+}
+
+fn forward_err(msg: String) -> ModelError {
+    ModelError::Candle(candle_core::Error::Msg(msg))
+}
+
+impl<W: Weights> LanguageModel for CandleModel<W> {
+    fn forward(&mut self, tokens: &[u32], pos: usize) -> Result<Vec<f32>> {
+        self.check(tokens, pos)?;
         if pos == 0 {
             self.weights.clear_kv_cache();
             self.cached = 0;
@@ -570,7 +678,7 @@ impl<W: Weights> LanguageModel for CandleModel<W> {
                 return Err(e.into());
             }
         };
-        self.cached = end;
+        self.cached = pos + tokens.len();
         // Wait for the device, so that the copy below is timed alone (a no-op on the CPU).
         self.device.synchronize()?;
         let computed = Instant::now();
@@ -601,6 +709,10 @@ impl<W: Weights> LanguageModel for CandleModel<W> {
 
     fn timings(&self) -> ForwardTimings {
         self.timing.get()
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
     }
 }
 
