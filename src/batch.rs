@@ -42,6 +42,10 @@ pub struct BatchOptions {
     pub examples: Vec<crate::examples::Loaded>,
     pub shots: usize,
     pub pick: crate::examples::Pick,
+    /// Records decoded together (`--parallel B`): B worker threads, one engine each on
+    /// the same weights, whose forward passes run as one batched pass
+    /// ([`formwork_models::group`]). 1 runs the records one after another.
+    pub parallel: usize,
 }
 
 #[derive(Debug, Default, Clone, serde::Serialize)]
@@ -59,6 +63,11 @@ pub struct BatchSummary {
     pub secs: f64,
     /// Prompt tokens whose KV state came from the cached shared prefix.
     pub prefix_tokens_reused: usize,
+    /// Worker threads (`--parallel`).
+    pub parallel: usize,
+    /// With `--parallel` > 1: batched forward passes, and sequences per pass on average.
+    pub batched_passes: u64,
+    pub mean_batch: f64,
 }
 
 /// The ids already present in `out`, after removing a trailing partial line.
@@ -147,84 +156,261 @@ pub fn run(
     let mut summary = BatchSummary {
         total_lines: items.len(),
         skipped_done: items.iter().filter(|i| matches!(i, Item::Done)).count(),
+        parallel: bopts.parallel.max(1),
         ..Default::default()
     };
     let remaining = items.len() - summary.skipped_done;
     let bar = progress_bar(bopts.progress, remaining as u64);
     let started = Instant::now();
-    let reused_before = engine.prefix_tokens_reused;
-
-    for item in items {
-        if interrupted.load(Ordering::SeqCst) {
-            summary.interrupted = true;
-            break;
+    let todo: Vec<Item> = items
+        .into_iter()
+        .filter(|i| !matches!(i, Item::Done))
+        .collect();
+    let mut sink = Sink {
+        out: &mut out,
+        log: log.as_mut(),
+        summary: &mut summary,
+        bar: &bar,
+        started,
+    };
+    if bopts.parallel <= 1 {
+        let reused_before = engine.prefix_tokens_reused;
+        for item in todo {
+            if interrupted.load(Ordering::SeqCst) {
+                sink.summary.interrupted = true;
+                break;
+            }
+            let done = process(engine, schema, opts, bopts, &run_id, item);
+            if interrupted.load(Ordering::SeqCst) && done.verdict == Some(VerdictKind::Error) {
+                sink.summary.interrupted = true;
+                break;
+            }
+            sink.write(done)?;
         }
-        let (id, parsed) = match item {
-            Item::Done => continue,
-            Item::Record { id, text } => (id, Ok(text)),
-            Item::Error { id, msg, duplicate } => {
-                summary.duplicates += usize::from(duplicate);
-                (id, Err(msg))
-            }
-        };
-        let record = match parsed {
-            Ok(text) => {
-                let picked;
-                let opts = if bopts.examples.is_empty() {
-                    opts
-                } else {
-                    let examples = crate::examples::pick(
-                        &bopts.examples,
-                        &text,
-                        None,
-                        bopts.shots,
-                        bopts.pick,
-                    );
-                    picked = ExtractOptions {
-                        examples,
-                        ..opts.clone()
-                    };
-                    &picked
-                };
-                let ex = engine.extract(schema, &text, opts);
-                if interrupted.load(Ordering::SeqCst) && ex.verdict == VerdictKind::Error {
-                    summary.interrupted = true;
-                    break;
-                }
-                match ex.verdict {
-                    VerdictKind::Valid => summary.valid += 1,
-                    VerdictKind::Error => summary.errors += 1,
-                    _ => summary.invalid += 1,
-                }
-                if let Some(l) = log.as_mut() {
-                    let mut entry = json!({
-                        "run_id": run_id, "record_id": id, "verdict": ex.verdict, "ms": ex.ms,
-                        "attempts": ex.attempts, "tokens_prompt": ex.tokens_prompt,
-                        "tokens_generated": ex.tokens_generated, "tokens_forced": ex.tokens_forced,
-                        "needs_review": ex.needs_review, "mode": ex.mode, "model": ex.model,
-                        "schema_sha256": ex.schema_sha256,
-                    });
-                    if bopts.log_content {
-                        entry["document"] = json!(text);
-                        entry["output"] = json!(ex.text);
-                    }
-                    append_line(l, &entry)?;
-                }
-                record_json(&id, &ex)
-            }
-            Err(msg) => {
-                summary.errors += 1;
-                json!({"id": id, "verdict": "error", "message": msg, "value": null, "errors": []})
-            }
-        };
-        append_line(&mut out, &record)?;
-        summary.processed += 1;
-        bar.tick(summary.processed as u64, started);
+        sink.summary.prefix_tokens_reused = engine.prefix_tokens_reused - reused_before;
+    } else {
+        run_parallel(
+            engine,
+            schema,
+            opts,
+            bopts,
+            &run_id,
+            todo,
+            &interrupted,
+            &mut sink,
+        )?;
     }
     bar.finish();
     summary.secs = started.elapsed().as_secs_f64();
-    summary.prefix_tokens_reused = engine.prefix_tokens_reused - reused_before;
     Ok(summary)
+}
+
+/// One record's result, ready to write.
+struct Done {
+    record: Value,
+    log: Option<Value>,
+    /// `None` for an input line that never reached the engine.
+    verdict: Option<VerdictKind>,
+    duplicate: bool,
+}
+
+/// Where finished records go, in input order.
+struct Sink<'a> {
+    out: &'a mut File,
+    log: Option<&'a mut File>,
+    summary: &'a mut BatchSummary,
+    bar: &'a Progress,
+    started: Instant,
+}
+
+impl Sink<'_> {
+    fn write(&mut self, d: Done) -> anyhow::Result<()> {
+        let s = &mut *self.summary;
+        s.duplicates += usize::from(d.duplicate);
+        match d.verdict {
+            Some(VerdictKind::Valid) => s.valid += 1,
+            Some(VerdictKind::Error) | None => s.errors += 1,
+            Some(_) => s.invalid += 1,
+        }
+        if let (Some(l), Some(entry)) = (self.log.as_deref_mut(), &d.log) {
+            append_line(l, entry)?;
+        }
+        append_line(self.out, &d.record)?;
+        s.processed += 1;
+        self.bar.tick(s.processed as u64, self.started);
+        Ok(())
+    }
+}
+
+/// Extract one record (or turn a bad input line into its error record).
+fn process(
+    engine: &mut Engine,
+    schema: &mut Schema,
+    opts: &ExtractOptions,
+    bopts: &BatchOptions,
+    run_id: &str,
+    item: Item,
+) -> Done {
+    let (id, text) = match item {
+        Item::Done => unreachable!("done items are filtered out"),
+        Item::Record { id, text } => (id, text),
+        Item::Error { id, msg, duplicate } => {
+            return Done {
+                record: json!({"id": id, "verdict": "error", "message": msg, "value": null, "errors": []}),
+                log: None,
+                verdict: None,
+                duplicate,
+            }
+        }
+    };
+    let picked;
+    let opts = if bopts.examples.is_empty() {
+        opts
+    } else {
+        let examples = crate::examples::pick(&bopts.examples, &text, None, bopts.shots, bopts.pick);
+        picked = ExtractOptions {
+            examples,
+            ..opts.clone()
+        };
+        &picked
+    };
+    let ex = engine.extract(schema, &text, opts);
+    let log = bopts.log.as_ref().map(|_| {
+        let mut entry = json!({
+            "run_id": run_id, "record_id": id, "verdict": ex.verdict, "ms": ex.ms,
+            "attempts": ex.attempts, "tokens_prompt": ex.tokens_prompt,
+            "tokens_generated": ex.tokens_generated, "tokens_forced": ex.tokens_forced,
+            "needs_review": ex.needs_review, "mode": ex.mode, "model": ex.model,
+            "schema_sha256": ex.schema_sha256,
+        });
+        if bopts.log_content {
+            entry["document"] = json!(text);
+            entry["output"] = json!(ex.text);
+        }
+        entry
+    });
+    Done {
+        record: record_json(&id, &ex),
+        log,
+        verdict: Some(ex.verdict),
+        duplicate: false,
+    }
+}
+
+/// `--parallel B`: B workers take records from one queue; their forward passes run
+/// together. Results are written in input order: a record that finishes early waits
+/// in memory for the ones before it. On Ctrl-C the workers finish the records they
+/// hold and take no more; what is written is a prefix of the input's order, so a
+/// rerun resumes where it stopped.
+#[allow(clippy::too_many_arguments)]
+fn run_parallel(
+    engine: &mut Engine,
+    schema: &mut Schema,
+    opts: &ExtractOptions,
+    bopts: &BatchOptions,
+    run_id: &str,
+    todo: Vec<Item>,
+    interrupted: &Arc<AtomicBool>,
+    sink: &mut Sink<'_>,
+) -> anyhow::Result<()> {
+    // Compiled once before the workers clone the schema, so that they share one grammar
+    // and its mask caches. A schema that does not compile fails each record, as in a
+    // serial run.
+    if opts.mode == crate::engine::Mode::Masked {
+        let _ = schema.grammar();
+    }
+    let group = formwork_models::group::BatchGroup::new();
+    engine.join_group(&group);
+    let total = todo.len();
+    let queue = std::sync::Mutex::new(todo.into_iter().enumerate());
+    // Workers stop taking records when this is set: Ctrl-C, or a write that failed.
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, Done)>();
+    let workers = bopts.parallel.min(total).max(1);
+    let mut failed: Option<anyhow::Error> = None;
+    let reused = std::thread::scope(|scope| {
+        let spawned: Vec<_> = (0..workers)
+            .map(|i| {
+                let mut engine = engine.share();
+                let mut schema = schema.clone();
+                let (queue, stop, tx, group) = (&queue, &stop, tx.clone(), &group);
+                std::thread::Builder::new()
+                    .name(format!("formwork-batch-{i}"))
+                    .spawn_scoped(scope, move || {
+                        let _member = group.join();
+                        loop {
+                            if stop.load(Ordering::SeqCst) || interrupted.load(Ordering::SeqCst) {
+                                break;
+                            }
+                            let next = queue.lock().map(|mut q| q.next()).unwrap_or(None);
+                            let Some((idx, item)) = next else { break };
+                            let done = process(&mut engine, &mut schema, opts, bopts, run_id, item);
+                            if tx.send((idx, done)).is_err() {
+                                break;
+                            }
+                        }
+                        engine.prefix_tokens_reused
+                    })
+            })
+            .collect();
+        drop(tx);
+        let mut handles = Vec::new();
+        for h in spawned {
+            match h {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    failed.get_or_insert_with(|| {
+                        anyhow::anyhow!("starting a batch worker thread: {e}")
+                    });
+                    stop.store(true, Ordering::SeqCst);
+                }
+            }
+        }
+        let mut waiting = std::collections::BTreeMap::new();
+        let mut next = 0usize;
+        for (idx, done) in rx {
+            if failed.is_some() {
+                stop.store(true, Ordering::SeqCst);
+                continue;
+            }
+            if interrupted.load(Ordering::SeqCst) && done.verdict == Some(VerdictKind::Error) {
+                // Cut short by the interrupt: this record and all after it run again.
+                sink.summary.interrupted = true;
+                stop.store(true, Ordering::SeqCst);
+                waiting.insert(idx, None);
+                continue;
+            }
+            waiting.insert(idx, Some(done));
+            while let Some(entry) = waiting.remove(&next) {
+                let Some(done) = entry else {
+                    // A hole: nothing after it is written.
+                    next = usize::MAX;
+                    break;
+                };
+                if let Err(e) = sink.write(done) {
+                    failed = Some(e);
+                    stop.store(true, Ordering::SeqCst);
+                    break;
+                }
+                next += 1;
+            }
+        }
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or(0))
+            .sum::<usize>()
+    });
+    if interrupted.load(Ordering::SeqCst) && sink.summary.processed < total {
+        sink.summary.interrupted = true;
+    }
+    sink.summary.prefix_tokens_reused = reused;
+    let st = group.stats();
+    sink.summary.batched_passes = st.passes;
+    sink.summary.mean_batch = st.mean_batch();
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// A progress display: indicatif on a terminal, a plain line per record otherwise.

@@ -332,6 +332,97 @@ fn batch_resumes_without_duplicates_or_loss() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--parallel 3`: three records decode together, and the output is what a serial run
+/// writes, line for line (a sequence's logits in a batch equal its logits alone), in
+/// input order, with error lines in place; the run says how full its passes were.
+#[test]
+fn parallel_batch_writes_what_a_serial_run_writes_in_input_order() {
+    let Some(home) = home() else { return };
+    let dir = std::env::temp_dir().join(format!("formwork-parallel-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let schema = dir.join("s.json");
+    std::fs::write(&schema, r#"{"type":"object","properties":{"city":{"type":["string","null"],"maxLength":20},"people":{"type":["integer","null"],"minimum":1}},"required":["city","people"],"additionalProperties":false}"#).unwrap();
+    let input = dir.join("in.jsonl");
+    let texts = [
+        "I live in Rome.",
+        "A table for four in Paris, please, around eight tonight if you still have room by the window.",
+        "Lecce",
+        "We are two travellers going to Oslo next week.",
+        "Nothing here.",
+    ];
+    let mut lines = String::new();
+    for (i, t) in texts.iter().enumerate() {
+        lines.push_str(&format!(
+            "{{\"id\":\"r{i}\",\"text\":{}}}\n",
+            serde_json::json!(t)
+        ));
+        if i == 2 {
+            lines.push_str("{\"id\":\"bad\"}\n");
+        }
+    }
+    std::fs::write(&input, lines).unwrap();
+    let run = |out: &str, extra: &[&str]| {
+        let out = dir.join(out);
+        let r = formwork(&home)
+            .args([
+                "extract",
+                "--quiet",
+                "--json",
+                "--max-tokens",
+                "40",
+                "--schema",
+            ])
+            .arg(&schema)
+            .arg("--jsonl")
+            .arg(&input)
+            .arg("--out")
+            .arg(&out)
+            .args(extra)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&r.stderr).into_owned();
+        assert_eq!(
+            r.status.code(),
+            Some(2),
+            "the bad line is an error record: {stderr}"
+        );
+        let summary: Value =
+            serde_json::from_slice(&r.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+        let lines: Vec<Value> = std::fs::read_to_string(&out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        (lines, summary, stderr)
+    };
+    let (serial, _, _) = run("serial.jsonl", &[]);
+    let (parallel, summary, stderr) = run("parallel.jsonl", &["--parallel", "3"]);
+    let ids: Vec<&str> = parallel.iter().map(|v| v["id"].as_str().unwrap()).collect();
+    assert_eq!(
+        ids,
+        ["r0", "r1", "r2", "line:4", "r3", "r4"],
+        "{parallel:?}"
+    );
+    assert_eq!(parallel.len(), serial.len());
+    for (p, s) in parallel.iter().zip(&serial) {
+        for key in [
+            "id",
+            "verdict",
+            "value",
+            "text",
+            "tokens_generated",
+            "tokens_forced",
+        ] {
+            assert_eq!(p[key], s[key], "{key}: parallel {p} serial {s}");
+        }
+    }
+    assert_eq!(summary["parallel"], 3, "{summary}");
+    let mean = summary["mean_batch"].as_f64().unwrap();
+    assert!(mean > 1.5, "passes hardly batched: {summary}");
+    assert!(stderr.contains("--parallel 3:"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A worked example that does not fit the schema is an error naming its file and line,
 /// before any model is loaded (so this runs without one).
 #[test]

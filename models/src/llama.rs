@@ -42,7 +42,7 @@ use candle_core::quantized::{gguf_file, GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Result, Tensor};
 use rayon::prelude::*;
 
-use crate::quant::{axpy, dot_f32, Format, Isa, Q8Acts, QMatrix};
+use crate::quant::{attn_mix, attn_scores, Format, Isa, Q8Acts, QMatrix};
 
 /// The model families this file runs: they differ in the layer's details (module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -903,9 +903,8 @@ fn attention(
         let g = h / group;
         let qh = &q[r * heads * hd + h * hd..][..hd];
         let len = segs[s].1 + t + 1;
-        let mut sc: Vec<f32> = (0..len)
-            .map(|j| dot_f32(isa, qh, &c.k[j * kvd + g * hd..][..hd]) * scale)
-            .collect();
+        let mut sc = vec![0f32; len];
+        attn_scores(isa, qh, &c.k[g * hd..], kvd, scale, &mut sc);
         let max = sc.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
         let mut sum = 0f32;
         for v in sc.iter_mut() {
@@ -913,9 +912,10 @@ fn attention(
             sum += *v;
         }
         let inv = 1.0 / sum;
-        for (j, p) in sc.iter().enumerate() {
-            axpy(isa, p * inv, &c.v[j * kvd + g * hd..][..hd], o);
+        for v in sc.iter_mut() {
+            *v *= inv;
         }
+        attn_mix(isa, &sc, &c.v[g * hd..], kvd, o);
     };
     if threads() > 1 {
         out.par_chunks_mut(hd)

@@ -362,14 +362,13 @@ impl LoadedModel {
 impl LoadedModel {
     /// This model in `group`: forwards from the group's member threads run as one
     /// batched pass ([`crate::group`]); snapshots (and so [`LoadedModel::share`]) stay in it.
-    pub fn into_group(mut self, group: &Arc<crate::group::BatchGroup>) -> LoadedModel {
+    pub fn join_group(&mut self, group: &Arc<crate::group::BatchGroup>) {
         let model = std::mem::replace(&mut self.model, Box::new(Unloaded));
         self.model = group.wrap(model);
-        self
     }
 }
 
-/// A placeholder for a moment inside [`LoadedModel::into_group`].
+/// A placeholder for a moment inside [`LoadedModel::join_group`].
 struct Unloaded;
 
 impl LanguageModel for Unloaded {

@@ -136,7 +136,8 @@ fn threads_in_a_group_decode_together_and_equal_alone() {
     let Some(m) = smollm2() else { return };
     let want: Vec<_> = PROMPTS.iter().map(|p| alone(&m, p)).collect();
     let group = BatchGroup::new();
-    let m = m.into_group(&group);
+    let mut m = m;
+    m.join_group(&group);
     let barrier = Arc::new(Barrier::new(PROMPTS.len()));
     let handles: Vec<_> = PROMPTS
         .iter()

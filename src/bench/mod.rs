@@ -776,6 +776,11 @@ pub struct Report {
     pub per_schema: BTreeMap<String, BTreeMap<String, Summary>>,
     pub peak_rss_mb: Option<f64>,
     pub wall_s: f64,
+    /// `--parallel`: records decoded together; with more than 1, how many batched
+    /// forward passes ran and how many sequences each held on average.
+    pub parallel: usize,
+    pub batched_passes: Option<u64>,
+    pub mean_batch: Option<f64>,
     pub records: Vec<RecordResult>,
 }
 
@@ -797,6 +802,8 @@ pub struct BenchConfig {
     /// How many examples each record gets (`--shots`).
     pub shots: usize,
     pub pick: crate::examples::Pick,
+    /// Records decoded together (`--parallel`).
+    pub parallel: usize,
 }
 
 /// Run every case in every mode. `progress` is called after each record.
@@ -812,7 +819,8 @@ pub fn run(
     // Group by schema so the shared prompt prefix is reused across records.
     let mut order: Vec<&Case> = cases.iter().collect();
     order.sort_by(|a, b| a.schema_name.cmp(&b.schema_name));
-    let mut records = Vec::new();
+    // Every (mode, case) with its options, in the order a serial run takes them.
+    let mut jobs: Vec<(BenchMode, &Case, String, ExtractOptions)> = Vec::new();
     for &mode in &cfg.modes {
         let mut opts = cfg.opts.clone();
         opts.mode = if mode == BenchMode::Free {
@@ -851,12 +859,71 @@ pub fn run(
                     cfg.pick,
                 );
             }
-            let ex = engine.extract(schema, &case.text, &opts);
-            let mut r = score(case, mode, &ex, cfg.exact_strings);
-            r.shots = opts.examples.len();
+            jobs.push((mode, case, key, opts.clone()));
+        }
+    }
+    let one = |engine: &mut Engine,
+               schemas: &mut BTreeMap<String, Schema>,
+               (mode, case, key, opts): &(BenchMode, &Case, String, ExtractOptions)| {
+        let schema = schemas
+            .get_mut(key)
+            .expect("every job's schema is in the map");
+        let ex = engine.extract(schema, &case.text, opts);
+        let mut r = score(case, *mode, &ex, cfg.exact_strings);
+        r.shots = opts.examples.len();
+        r
+    };
+    let mut records = Vec::with_capacity(jobs.len());
+    let mut batching = None;
+    if cfg.parallel <= 1 {
+        for job in &jobs {
+            let r = one(engine, &mut schemas, job);
             progress(&r);
             records.push(r);
         }
+    } else {
+        // Each grammar compiled once, before the workers clone the schemas.
+        if cfg.modes.iter().any(|&m| m != BenchMode::Free) {
+            for s in schemas.values_mut() {
+                let _ = s.grammar();
+            }
+        }
+        let group = formwork_models::group::BatchGroup::new();
+        engine.join_group(&group);
+        let queue = std::sync::Mutex::new(jobs.iter().enumerate());
+        let (tx, rx) = std::sync::mpsc::channel::<(usize, RecordResult)>();
+        let mut indexed = Vec::with_capacity(jobs.len());
+        std::thread::scope(|scope| -> anyhow::Result<()> {
+            for i in 0..cfg.parallel.min(jobs.len()) {
+                let mut engine = engine.share();
+                let mut schemas = schemas.clone();
+                let (queue, tx, group, one) = (&queue, tx.clone(), &group, &one);
+                std::thread::Builder::new()
+                    .name(format!("formwork-bench-{i}"))
+                    .spawn_scoped(scope, move || {
+                        let _member = group.join();
+                        loop {
+                            let next = queue.lock().map(|mut q| q.next()).unwrap_or(None);
+                            let Some((idx, job)) = next else { break };
+                            if tx.send((idx, one(&mut engine, &mut schemas, job))).is_err() {
+                                break;
+                            }
+                        }
+                    })
+                    .context("starting a bench worker thread")?;
+            }
+            drop(tx);
+            for (idx, r) in rx {
+                progress(&r);
+                indexed.push((idx, r));
+            }
+            Ok(())
+        })?;
+        // The serial run's order, whatever order the workers finished in.
+        indexed.sort_by_key(|(i, _)| *i);
+        records.extend(indexed.into_iter().map(|(_, r)| r));
+        let st = group.stats();
+        batching = Some((st.passes, st.mean_batch()));
     }
     let mut overall = BTreeMap::new();
     let mut per_schema: BTreeMap<String, BTreeMap<String, Summary>> = BTreeMap::new();
@@ -897,6 +964,9 @@ pub fn run(
         per_schema,
         peak_rss_mb: peak_rss_mb(),
         wall_s: started.elapsed().as_secs_f64(),
+        parallel: cfg.parallel.max(1),
+        batched_passes: batching.map(|b| b.0),
+        mean_batch: batching.map(|b| b.1),
         records,
     })
 }
@@ -925,7 +995,7 @@ fn f3(x: f64) -> String {
 /// beside every accuracy), then cost, then per schema and per field.
 pub fn markdown(r: &Report) -> String {
     let mut s = format!(
-        "## {} on {} ({} records per mode, {}, seed {}, prompt {}, {} example{} per record{}{}{})\n\n",
+        "## {} on {} ({} records per mode, {}, seed {}, prompt {}, {} example{} per record{}{}{}{})\n\n",
         r.model,
         r.dataset,
         r.overall.values().next().map_or(0, |x| x.records),
@@ -957,6 +1027,17 @@ pub fn markdown(r: &Report) -> String {
             None => "",
             Some(crate::engine::ground::GroundMode::Stated) => ", grounded",
             Some(crate::engine::ground::GroundMode::Distinct) => ", grounded (distinct)",
+        },
+        match (r.parallel, r.mean_batch) {
+            (p, Some(m)) if p > 1 => format!(
+                "; --parallel {p}: {:.1} records/minute, {:.2} sequences per forward pass",
+                r.records.len() as f64 * 60.0 / r.wall_s.max(1e-9),
+                m
+            ),
+            _ => format!(
+                "; {:.1} records/minute",
+                r.records.len() as f64 * 60.0 / r.wall_s.max(1e-9)
+            ),
         },
     );
     s.push_str("| mode | schema-valid | field acc. | all-null | slot P | slot R | slot F1 | false fills | misses | placeholders | not in text | exact match |\n");

@@ -62,6 +62,12 @@ pub struct BenchArgs {
     /// How the examples are picked: bm25 (most similar to the record) or first.
     #[arg(long, value_enum, default_value = "bm25")]
     pub pick: Pick,
+    /// Decode B records together: B worker threads whose forward passes run as one
+    /// batched pass. The answers do not depend on B (a sequence's logits in a batch
+    /// equal its logits alone); the report gives records/minute.
+    #[arg(long, value_name = "B", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub parallel: u16,
     /// Mark every nullable free-text string of each schema as a span of its record's
     /// text (`x-formwork-source`, docs/source.md): `substring` (the default) or `words`.
     #[arg(long, value_name = "MODE", num_args = 0..=1, require_equals = true,
@@ -205,6 +211,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
         examples: a.examples.clone(),
         shots: a.shots,
         pick: a.pick,
+        parallel: a.parallel as usize,
         dataset_name: dataset
             .file_name()
             .map(|f| f.to_string_lossy().into_owned())

@@ -122,6 +122,12 @@ pub struct ExtractArgs {
     #[arg(long, value_name = "MODE", num_args = 0..=1, require_equals = true,
           default_missing_value = "substring", value_parser = super::parse_source_mode)]
     pub source_strings: Option<formwork_grammar::source::SourceMode>,
+    /// With --jsonl: decode B records together, B worker threads whose forward passes
+    /// run as one batched pass (the weights are read once per pass for all B). Results
+    /// stay in input order. See README "Throughput" for records/minute by B.
+    #[arg(long, value_name = "B", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub parallel: u16,
 }
 
 pub fn read_schema(path: &Path) -> anyhow::Result<serde_json::Value> {
@@ -263,12 +269,13 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
         examples: pool,
         shots,
         pick: a.pick,
+        parallel: a.parallel as usize,
     };
     engine.reuse_prefix = !a.no_prefix_reuse;
     let summary = batch::run(&mut engine, &mut schema, &opts, &bopts, interrupted)?;
     eprintln!(
         "batch: {} processed, {} already done, {} valid, {} invalid, {} errors ({} duplicate ids), \
-         {:.1} s, {} prompt tokens reused from cached KV state (shared prefix, retries){}",
+         {:.1} s, {} prompt tokens reused from cached KV state (shared prefix, retries){}{}",
         summary.processed,
         summary.skipped_done,
         summary.valid,
@@ -277,6 +284,14 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
         summary.duplicates,
         summary.secs,
         summary.prefix_tokens_reused,
+        if summary.parallel > 1 {
+            format!(
+                ", --parallel {}: {} batched passes, {:.2} sequences per pass",
+                summary.parallel, summary.batched_passes, summary.mean_batch
+            )
+        } else {
+            String::new()
+        },
         if summary.interrupted {
             " (interrupted; rerun to resume)"
         } else {

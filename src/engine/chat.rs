@@ -323,4 +323,12 @@ impl Engine {
             prefix_tokens_reused: 0,
         }
     }
+
+    /// Put this engine's model in `group`: engines shared from it afterwards decode
+    /// together when their threads are members ([`formwork_models::group`]).
+    pub fn join_group(&mut self, group: &std::sync::Arc<formwork_models::group::BatchGroup>) {
+        self.loaded.join_group(group);
+        // Cached prefixes hold models outside the group.
+        self.prefix.clear();
+    }
 }

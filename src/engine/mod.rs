@@ -67,10 +67,12 @@ impl VerdictKind {
 }
 
 /// A schema ready for extraction: hashed, validated, and (for masked mode) compiled.
+#[derive(Clone)]
 pub struct Schema {
     pub value: Value,
     pub sha256: String,
-    pub validator: Validator,
+    /// Shared by the clones that batch workers take (`Send + Sync`).
+    pub validator: Arc<Validator>,
     grammar: Option<Arc<Grammar>>,
     /// With `x-formwork-source` strings: the compiled automaton, from which each
     /// document gets its own grammar ([`Schema::grammar_for`]).
@@ -87,7 +89,7 @@ impl Schema {
         Ok(Schema {
             value,
             sha256,
-            validator,
+            validator: Arc::new(validator),
             grammar: None,
             automaton: None,
             config: Config::default(),

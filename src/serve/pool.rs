@@ -1,5 +1,8 @@
 //! The engine threads. `Engine` is not `Sync`: each of `--parallel` threads owns one,
-//! all sharing one set of weights ([`Engine::share`]). Jobs come through one queue;
+//! all sharing one set of weights ([`Engine::share`]). Running requests decode
+//! together: their engines are in one [`BatchGroup`], and a thread is a member while
+//! it runs a job, so the forward passes of all running requests are one batched pass
+//! (a new request's prefill rides along with the others' decode steps). Jobs come through one queue;
 //! admission (the semaphore of `--parallel + --max-queue` permits) happens before a
 //! job is sent, in the handler.
 //!
@@ -21,6 +24,7 @@ use super::schemas::Compiled;
 use crate::engine::chat::{ChatAnswer, ChatError, ChatOptions, Constraint};
 use crate::engine::decode::Watch;
 use crate::engine::Engine;
+use formwork_models::group::BatchGroup;
 
 /// One request for an engine thread.
 pub struct Job {
@@ -53,7 +57,11 @@ pub struct Pool {
 
 impl Pool {
     /// Start `n` threads on engines shared from `base`.
-    pub fn start(base: Engine, n: usize) -> Pool {
+    pub fn start(mut base: Engine, n: usize) -> Pool {
+        let group = BatchGroup::new();
+        if n > 1 {
+            base.join_group(&group);
+        }
         let (tx, rx) = mpsc::channel::<Job>();
         let rx = Arc::new(Mutex::new(rx));
         let base = Arc::new(Mutex::new(base));
@@ -62,13 +70,14 @@ impl Pool {
             let rx = rx.clone();
             let base = base.clone();
             let running = running.clone();
+            let group = group.clone();
             let engine = match base.lock() {
                 Ok(b) => b.share(),
                 Err(_) => continue,
             };
             let _ = std::thread::Builder::new()
                 .name(format!("formwork-engine-{i}"))
-                .spawn(move || worker(engine, base, rx, running));
+                .spawn(move || worker(engine, base, rx, running, group));
         }
         Pool {
             tx: Mutex::new(tx),
@@ -89,6 +98,7 @@ fn worker(
     base: Arc<Mutex<Engine>>,
     rx: Arc<Mutex<mpsc::Receiver<Job>>>,
     running: Arc<AtomicUsize>,
+    group: Arc<BatchGroup>,
 ) {
     loop {
         let job = {
@@ -117,6 +127,9 @@ fn worker(
         opts.timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         opts.watch = Some(watch(cancel, deltas));
         let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            // Decode with the other running requests until this one ends (the guard
+            // also leaves on a panic).
+            let _member = group.join();
             if panic {
                 panic!("test hook: a panic inside the engine thread");
             }

@@ -21,7 +21,7 @@ pub struct Compiled {
     pub sha256: String,
     pub value: Value,
     pub grammar: Arc<Grammar>,
-    pub validator: Validator,
+    pub validator: std::sync::Arc<Validator>,
     /// Output tokens of the shortest valid answer (an upper bound: see
     /// `Matcher::min_completion_tokens`).
     pub min_tokens: usize,

@@ -1,0 +1,63 @@
+//! Decode tokens/s of one batched forward pass by batch size (a benchmark, not a test).
+//!
+//! B snapshots of one model each hold the same prompt (about 30 tokens) in their KV
+//! cache, then take STEPS decode steps together: one `runtime::forward_batch` per step
+//! with one new token per sequence. Prints ms per pass and tokens/s for each B.
+//!
+//!     cargo run --release -p formwork-models --example batch_speed -- smollm2-135m
+//!
+//! Threads: `CANDLE_NUM_THREADS` (default: the physical cores).
+
+use std::time::Instant;
+
+use formwork_models::runtime::{
+    forward_batch, load_with, DeviceChoice, LanguageModel, LoadOptions,
+};
+
+const STEPS: usize = 32;
+
+fn main() {
+    let name = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "smollm2-135m".into());
+    std::env::set_var("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0");
+    let options = LoadOptions {
+        device: DeviceChoice::Cpu,
+        ..LoadOptions::default()
+    };
+    let m = load_with(&name, options).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let ids = m
+        .tokenizer
+        .encode("<|im_start|>user\nTell me a long story about a dragon and a knight.<|im_end|>\n<|im_start|>assistant\n")
+        .expect("encode");
+    println!("| model | B | ms per pass | tokens/s | × B=1 |");
+    println!("|---|---|---|---|---|");
+    let mut base = 0.0;
+    for b in [1usize, 2, 4, 8, 16] {
+        let mut models: Vec<Box<dyn LanguageModel>> = (0..b)
+            .map(|_| {
+                let mut s = m.model.snapshot();
+                s.forward(&ids, 0).expect("prefill");
+                s
+            })
+            .collect();
+        let started = Instant::now();
+        for i in 0..STEPS {
+            let tok = [100 + i as u32];
+            let feeds: Vec<(&[u32], usize)> = (0..b).map(|_| (&tok[..], ids.len() + i)).collect();
+            for r in forward_batch(&mut models, &feeds) {
+                r.expect("forward");
+            }
+        }
+        let secs = started.elapsed().as_secs_f64();
+        let tps = (b * STEPS) as f64 / secs;
+        if b == 1 {
+            base = tps;
+        }
+        println!(
+            "| {name} | {b} | {:.1} | {tps:.0} | {:.2} |",
+            secs * 1000.0 / STEPS as f64,
+            tps / base
+        );
+    }
+}
