@@ -400,7 +400,7 @@ fn parallel_batch_writes_what_a_serial_run_writes_in_input_order() {
     let ids: Vec<&str> = parallel.iter().map(|v| v["id"].as_str().unwrap()).collect();
     assert_eq!(
         ids,
-        ["r0", "r1", "r2", "line:4", "r3", "r4"],
+        ["r0", "r1", "r2", "bad", "r3", "r4"],
         "{parallel:?}"
     );
     assert_eq!(parallel.len(), serial.len());
