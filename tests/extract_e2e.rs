@@ -398,11 +398,7 @@ fn parallel_batch_writes_what_a_serial_run_writes_in_input_order() {
     let (serial, _, _) = run("serial.jsonl", &[]);
     let (parallel, summary, stderr) = run("parallel.jsonl", &["--parallel", "3"]);
     let ids: Vec<&str> = parallel.iter().map(|v| v["id"].as_str().unwrap()).collect();
-    assert_eq!(
-        ids,
-        ["r0", "r1", "r2", "bad", "r3", "r4"],
-        "{parallel:?}"
-    );
+    assert_eq!(ids, ["r0", "r1", "r2", "bad", "r3", "r4"], "{parallel:?}");
     assert_eq!(parallel.len(), serial.len());
     for (p, s) in parallel.iter().zip(&serial) {
         for key in [
@@ -530,6 +526,9 @@ fn per_record_examples_still_reuse_the_system_prefix() {
                 "--max-tokens",
                 "24",
                 "--shots",
+                "1",
+                // One record after another: the second and third find the first's prefix.
+                "--parallel",
                 "1",
             ])
             .arg("--schema")

@@ -124,8 +124,10 @@ pub struct ExtractArgs {
     pub source_strings: Option<formwork_grammar::source::SourceMode>,
     /// With --jsonl: decode B records together, B worker threads whose forward passes
     /// run as one batched pass (the weights are read once per pass for all B). Results
-    /// stay in input order. See README "Throughput" for records/minute by B.
-    #[arg(long, value_name = "B", default_value_t = 1,
+    /// stay in input order and do not depend on B. The default, 4, was the fastest
+    /// with the least memory on SNIPS (README "Batched decoding"); 1 runs records one
+    /// after another.
+    #[arg(long, value_name = "B", default_value_t = 4,
           value_parser = clap::value_parser!(u16).range(1..=256))]
     pub parallel: u16,
 }

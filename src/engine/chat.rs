@@ -312,13 +312,14 @@ fn finish(
 }
 
 impl Engine {
-    /// Another engine on the same weights and token trie, with its own KV state and
-    /// no cached prefix: one per worker thread of a server.
+    /// Another engine on the same weights and token trie, with its own KV state, and
+    /// the same cache of prompt prefixes (a prefix any of them computed, each reuses):
+    /// one per worker thread of a server or a `--parallel` batch.
     pub fn share(&self) -> Engine {
         Engine {
             loaded: self.loaded.share(),
             trie: self.trie.clone(),
-            prefix: Vec::new(),
+            prefix: self.prefix.clone(),
             reuse_prefix: self.reuse_prefix,
             prefix_tokens_reused: 0,
         }
@@ -329,6 +330,6 @@ impl Engine {
     pub fn join_group(&mut self, group: &std::sync::Arc<formwork_models::group::BatchGroup>) {
         self.loaded.join_group(group);
         // Cached prefixes hold models outside the group.
-        self.prefix.clear();
+        self.prefix = Default::default();
     }
 }

@@ -19,7 +19,7 @@ pub mod ground;
 pub mod prompt;
 pub mod source;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use formwork_grammar::compile::{compile, Automaton, CompileError, Config};
@@ -257,8 +257,11 @@ const PREFIX_CACHE_ENTRIES: usize = 4;
 pub struct Engine {
     loaded: LoadedModel,
     trie: Arc<TokTrie>,
-    /// KV snapshots of prompt prefixes, least recently used first.
-    prefix: Vec<PrefixCache>,
+    /// KV snapshots of prompt prefixes, least recently used first, shared by the engines
+    /// [`Engine::share`] makes (a batch's workers, a server's threads): a prefix one of
+    /// them computed, the others reuse. Locked only to look up, copy or insert a
+    /// snapshot, never across a forward pass.
+    prefix: Arc<Mutex<Vec<PrefixCache>>>,
     /// Reuse the KV state of the prompt prefix shared by consecutive records.
     pub reuse_prefix: bool,
     /// Tokens fed from a reused prefix (for measuring the saving).
@@ -278,7 +281,7 @@ impl Engine {
         Engine {
             loaded,
             trie,
-            prefix: Vec::new(),
+            prefix: Arc::default(),
             reuse_prefix: true,
             prefix_tokens_reused: 0,
         }
@@ -422,16 +425,18 @@ impl Engine {
         anyhow::ensure!(!ids.is_empty(), "empty prompt");
         let mut pos = 0;
         if self.reuse_prefix {
-            let best = (self.prefix.iter().enumerate())
+            let shared = self.prefix.clone();
+            let mut cache = shared.lock().unwrap_or_else(|e| e.into_inner());
+            let best = (cache.iter().enumerate())
                 .filter(|(_, p)| ids.len() > p.tokens.len() && ids.starts_with(&p.tokens))
                 .max_by_key(|(_, p)| p.tokens.len())
                 .map(|(i, _)| i);
             if let Some(i) = best {
-                let p = self.prefix.remove(i);
+                let p = cache.remove(i);
                 pos = p.tokens.len();
                 self.loaded.model = p.model.snapshot();
                 self.prefix_tokens_reused += pos;
-                self.prefix.push(p);
+                cache.push(p);
             }
         }
         if pos == 0 {
@@ -444,12 +449,19 @@ impl Engine {
                 }
                 self.loaded.model.forward(&ids[pos..cut], pos)?;
                 pos = cut;
-                if self.prefix.len() >= PREFIX_CACHE_ENTRIES {
-                    self.prefix.remove(0);
+                let snapshot = self.loaded.model.snapshot();
+                // A few entries per engine that shares the cache.
+                let room = PREFIX_CACHE_ENTRIES * Arc::strong_count(&self.prefix);
+                let mut cache = self.prefix.lock().unwrap_or_else(|e| e.into_inner());
+                if cache.iter().any(|p| p.tokens[..] == ids[..cut]) {
+                    continue; // another engine cached it meanwhile
                 }
-                self.prefix.push(PrefixCache {
+                while cache.len() >= room {
+                    cache.remove(0);
+                }
+                cache.push(PrefixCache {
                     tokens: ids[..cut].to_vec(),
-                    model: self.loaded.model.snapshot(),
+                    model: snapshot,
                 });
             }
         }
