@@ -103,6 +103,20 @@ fn sixteen_clients_four_requests_three_schemas_all_valid() {
     }
     assert_eq!(n, 64, "requests lost");
     assert_eq!(ids.len(), 64);
+    // The two engine threads decoded together: most passes held both requests.
+    let metrics = s.get("/metrics").text();
+    let counter = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /metrics:\n{metrics}"))
+    };
+    let passes = counter("formwork_batched_forward_passes_total");
+    let rows = counter("formwork_batched_forward_sequences_total");
+    assert!(
+        passes > 0.0 && rows / passes > 1.3,
+        "{rows} sequences in {passes} passes"
+    );
     // The server is idle again and still answers.
     let h = s.get("/health").json();
     assert_eq!(

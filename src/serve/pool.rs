@@ -160,6 +160,10 @@ fn worker(
         };
         running.fetch_sub(1, Ordering::SeqCst);
         metrics::gauge!("formwork_requests_running").decrement(1.0);
+        // How well running requests shared their forward passes (sequences / passes).
+        let st = group.stats();
+        metrics::counter!("formwork_batched_forward_passes_total").absolute(st.passes);
+        metrics::counter!("formwork_batched_forward_sequences_total").absolute(st.rows);
         let _ = reply.send(out);
     }
 }
