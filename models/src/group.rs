@@ -360,11 +360,10 @@ mod tests {
 
     /// Ten forwards of thread `k`'s own tokens; the logits of each.
     fn steps(model: &mut dyn LanguageModel, k: u32) -> Vec<Result<Vec<f32>>> {
-        let mut out = vec![model.forward(&[k, k + 1, k + 2][..(k as usize % 3) + 1], 0)];
-        let mut pos = (k as usize % 3) + 1;
-        for i in 0..9 {
-            out.push(model.forward(&[k * 10 + i], pos));
-            pos += 1;
+        let first = (k as usize % 3) + 1;
+        let mut out = vec![model.forward(&[k, k + 1, k + 2][..first], 0)];
+        for (i, pos) in (first..first + 9).enumerate() {
+            out.push(model.forward(&[k * 10 + i as u32], pos));
         }
         out
     }

@@ -61,12 +61,10 @@ fn alone(m: &LoadedModel, prompt: &str) -> (Vec<Vec<f32>>, Vec<u32>) {
     let mut model = m.model.snapshot();
     let mut logits = vec![model.forward(&ids, 0).unwrap()];
     let mut toks = Vec::new();
-    let mut pos = ids.len();
-    for _ in 0..STEPS {
+    for pos in ids.len()..ids.len() + STEPS {
         let t = common::argmax(logits.last().unwrap());
         toks.push(t);
         logits.push(model.forward(&[t], pos).unwrap());
-        pos += 1;
     }
     (logits, toks)
 }
