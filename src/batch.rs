@@ -328,6 +328,7 @@ fn run_parallel(
     let (tx, rx) = std::sync::mpsc::channel::<(usize, Done)>();
     let workers = bopts.parallel.min(total).max(1);
     let mut failed: Option<anyhow::Error> = None;
+    let mut panicked = 0usize;
     let reused = std::thread::scope(|scope| {
         let spawned: Vec<_> = (0..workers)
             .map(|i| {
@@ -395,13 +396,25 @@ fn run_parallel(
                 next += 1;
             }
         }
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or(0))
-            .sum::<usize>()
+        let mut reused = 0;
+        for h in handles {
+            match h.join() {
+                Ok(n) => reused += n,
+                Err(_) => panicked += 1,
+            }
+        }
+        reused
     });
     if interrupted.load(Ordering::SeqCst) && sink.summary.processed < total {
         sink.summary.interrupted = true;
+    }
+    if failed.is_none() && !sink.summary.interrupted && sink.summary.processed < total {
+        // A worker died with a record in hand: the records after it in input order
+        // were not written. Say so; a rerun resumes from the first missing one.
+        failed = Some(anyhow::anyhow!(
+            "{panicked} batch worker(s) stopped early: {} of {total} records written, in input order; rerun the same command to resume",
+            sink.summary.processed
+        ));
     }
     sink.summary.prefix_tokens_reused = reused;
     let st = group.stats();
