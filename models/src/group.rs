@@ -241,11 +241,7 @@ fn run(batch: Vec<Request>) -> Vec<(u64, Outcome)> {
     let results: Vec<Result<Vec<f32>>> = match results {
         Ok(r) => r,
         Err(p) => {
-            let msg = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "panic".into());
+            let msg = panic_message(p.as_ref());
             models.iter_mut().for_each(|m| m.clear_kv_cache());
             (0..models.len())
                 .map(|_| {
@@ -260,6 +256,14 @@ fn run(batch: Vec<Request>) -> Vec<(u64, Outcome)> {
         .into_iter()
         .zip(models.into_iter().zip(results))
         .collect()
+}
+
+/// The message of a caught panic (`&str` or `String` payloads), else `"panic"`.
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
 }
 
 /// A model in a [`BatchGroup`]: forwards from member threads run together.

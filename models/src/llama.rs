@@ -590,7 +590,7 @@ impl ModelWeights {
     /// position; every matmul covers the rows of all of them at once, so the weights
     /// are read once per pass instead of once per sequence. A token's arithmetic does
     /// not depend on what shares its pass, so each result equals the sequence's
-    /// forward alone, bit for bit (`tests/llama_batch.rs`).
+    /// forward alone, bit for bit (`tests/batch_forward.rs`).
     ///
     /// The models must be snapshots of one model (the same weights). A feed that its
     /// own model refuses (an empty feed, a token out of range, a position that is not
@@ -649,8 +649,6 @@ impl ModelWeights {
                     let msg = e.to_string();
                     for &i in &run {
                         results[i] = Some(bail(msg.clone()));
-                    }
-                    for &i in &run {
                         models[i].clear_kv_cache();
                     }
                 }

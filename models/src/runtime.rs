@@ -224,26 +224,25 @@ pub fn forward_batch(
             .map(|(m, &(t, p))| m.forward(t, p))
             .collect();
     }
-    let mut own: Vec<&mut Own> = models
+    let own: Vec<&mut Own> = models
         .iter_mut()
         .filter_map(|m| m.as_any_mut()?.downcast_mut::<Own>())
         .collect();
     let mut results: Vec<Option<Result<Vec<f32>>>> = (0..own.len()).map(|_| None).collect();
-    let mut run = Vec::new();
-    for (i, (m, &(t, p))) in own.iter_mut().zip(feeds).enumerate() {
-        match m.check(t, p) {
-            Ok(()) => run.push(i),
-            Err(e) => results[i] = Some(Err(e)),
-        }
-    }
     let started = Instant::now();
     let timing = own[0].timing.clone();
-    let mut picked: Vec<&mut Own> = Vec::with_capacity(run.len());
-    let mut sub: Vec<(&[u32], usize)> = Vec::with_capacity(run.len());
-    for (i, m) in own.into_iter().enumerate() {
-        if run.contains(&i) {
-            sub.push(feeds[i]);
-            picked.push(m);
+    // The feeds their models accept, with their indices; the others get their error.
+    let mut run = Vec::with_capacity(own.len());
+    let mut picked: Vec<&mut Own> = Vec::with_capacity(own.len());
+    let mut sub: Vec<(&[u32], usize)> = Vec::with_capacity(own.len());
+    for (i, (m, &(t, p))) in own.into_iter().zip(feeds).enumerate() {
+        match m.check(t, p) {
+            Ok(()) => {
+                run.push(i);
+                sub.push((t, p));
+                picked.push(m);
+            }
+            Err(e) => results[i] = Some(Err(e)),
         }
     }
     let mut weights: Vec<&mut crate::llama::ModelWeights> =
@@ -357,9 +356,7 @@ impl LoadedModel {
             context_length: self.context_length,
         }
     }
-}
 
-impl LoadedModel {
     /// This model in `group`: forwards from the group's member threads run as one
     /// batched pass ([`crate::group`]); snapshots (and so [`LoadedModel::share`]) stay in it.
     pub fn join_group(&mut self, group: &Arc<crate::group::BatchGroup>) {

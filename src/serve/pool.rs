@@ -24,7 +24,7 @@ use super::schemas::Compiled;
 use crate::engine::chat::{ChatAnswer, ChatError, ChatOptions, Constraint};
 use crate::engine::decode::Watch;
 use crate::engine::Engine;
-use formwork_models::group::BatchGroup;
+use formwork_models::group::{panic_message, BatchGroup};
 
 /// One request for an engine thread.
 pub struct Job {
@@ -146,11 +146,7 @@ fn worker(
             Ok(Ok(a)) => Ok(a),
             Ok(Err(e)) => Err(JobError::Chat(e)),
             Err(p) => {
-                let msg = p
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| p.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "panic".into());
+                let msg = panic_message(p.as_ref());
                 // The engine may be half-way through a step: start from a fresh one.
                 if let Ok(b) = base.lock() {
                     engine = b.share();
