@@ -5,7 +5,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use formwork::engine::decode::{decode_masked, Codec, DecodeOptions, DecodeOutput, Stop};
+use formwork::engine::decode::{
+    decode_free, decode_masked, Codec, DecodeOptions, DecodeOutput, Stop, Until,
+};
 use formwork::sampling::{Sampler, Sampling};
 use formwork_grammar::compile::{compile, Config};
 use formwork_grammar::matcher::{Grammar, Matcher};
@@ -804,4 +806,68 @@ fn distinct_grounding_gives_one_quotation_to_the_first_field_only() {
     assert_eq!(text, r#"{"city":"Belgium","country":null}"#);
     assert_eq!(out.stats.grounded_nulls, 1);
     fed_all_but_last(&out, &last);
+}
+
+/// Free decoding along a script that writes `text` then EOS, with `until`.
+fn free_along(text: &[u8], max_tokens: usize, until: Until<'_>) -> (DecodeOutput, Vec<Vec<u32>>) {
+    let text = text.to_vec();
+    let mut model = ScriptedModel::new(move |h| {
+        let i = h.len() - PROMPT.len();
+        prefer(&[text.get(i).map_or(EOS, |&b| b as u32)])
+    });
+    let prompt: Vec<u32> = PROMPT.iter().map(|&b| b as u32).collect();
+    let logits = model.forward(&prompt, 0).unwrap();
+    let opts = DecodeOptions {
+        max_tokens,
+        ..Default::default()
+    };
+    let mut sampler = Sampler::new(Sampling::Greedy, 0);
+    let codec = ByteCodec::new();
+    let out = decode_free(
+        &mut model,
+        &codec,
+        &mut sampler,
+        logits,
+        prompt.len(),
+        &opts,
+        until,
+    )
+    .unwrap();
+    let calls = model.calls.lock().unwrap().clone();
+    (out, calls)
+}
+
+#[test]
+fn free_decoding_stops_after_the_first_value_without_feeding_its_last_token() {
+    let (out, calls) = free_along(br#"ok {"a":[1,"}"]} and more"#, 100, Until::FirstValue);
+    assert_eq!(String::from_utf8(out.bytes).unwrap(), r#"ok {"a":[1,"}"]}"#);
+    assert_eq!(out.stop, Stop::Finished);
+    assert_eq!(out.stats.tokens_generated, 16);
+    // The prompt, then one pass per token but the last (its logits are never read).
+    assert_eq!(calls.len(), 1 + 15);
+    assert_eq!(out.stats.forward_passes, 15);
+}
+
+#[test]
+fn free_text_runs_to_eos_and_special_tokens_add_no_bytes() {
+    let is_special = |t: u32| t == u32::from(b'#');
+    let (out, calls) = free_along(
+        b"a#b {} c",
+        100,
+        Until::End {
+            is_special: &is_special,
+        },
+    );
+    assert_eq!(String::from_utf8(out.bytes).unwrap(), "ab {} c");
+    assert_eq!(out.tokens.len(), 8, "the special token is still a token");
+    assert_eq!(out.stop, Stop::Eos);
+    assert_eq!(calls.len(), 1 + 8);
+}
+
+#[test]
+fn free_decoding_ends_at_the_budget_without_a_wasted_pass() {
+    let (out, calls) = free_along(b"[1, 2, 3]", 4, Until::FirstValue);
+    assert_eq!(String::from_utf8(out.bytes).unwrap(), "[1, ");
+    assert_eq!(out.stop, Stop::Budget);
+    assert_eq!(calls.len(), 1 + 3);
 }

@@ -20,7 +20,7 @@ use formwork_grammar::matcher::{Grammar, Matcher};
 use formwork_models::chat::ChatMessage;
 use serde_json::Value;
 
-use super::decode::{decode_text, DecodeOptions, DecodeOutput, Stop, Watch};
+use super::decode::{decode_free, DecodeOptions, DecodeOutput, Stop, Until, Watch};
 use super::{Engine, VerdictKind};
 use crate::sampling::{Sampler, Sampling};
 use crate::validate::{LineError, Validator, Verdict};
@@ -191,14 +191,17 @@ impl Engine {
                 }
                 Constraint::Text => {
                     let tok = &self.loaded.tokenizer;
-                    let out = decode_text(
+                    let is_special = |t: u32| tok.is_special(t);
+                    let out = decode_free(
                         self.loaded.model.as_mut(),
                         tok,
-                        &|t: u32| tok.is_special(t),
                         &mut sampler,
                         logits,
                         ids.len(),
                         &dopts,
+                        Until::End {
+                            is_special: &is_special,
+                        },
                     )?;
                     Ok((out, true))
                 }

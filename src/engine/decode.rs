@@ -224,6 +224,20 @@ impl DecodeOutput {
         }
     }
 
+    /// Feeds `toks` (already recorded by [`push`](Self::push)) to `model` at `*pos`,
+    /// moves `*pos` past them and counts the pass: the logits after them.
+    fn forward(
+        &mut self,
+        model: &mut dyn LanguageModel,
+        toks: &[u32],
+        pos: &mut usize,
+    ) -> formwork_models::Result<Vec<f32>> {
+        let logits = model.forward(toks, *pos)?;
+        self.stats.forward_passes += 1;
+        *pos += toks.len();
+        Ok(logits)
+    }
+
     /// Appends a lookahead branch that won.
     fn append(&mut self, b: DecodeOutput) {
         let base = self.tokens.len();
@@ -678,9 +692,8 @@ impl Grounder<'_> {
             out.bytes.truncate(cp.bytes);
             out.forced_ranges.truncate(cp.ranges);
             out.push(codec, &replay, false, true);
-            let logits = model.forward(&replay, cp.pos)?;
-            *pos = cp.pos + replay.len();
-            out.stats.forward_passes += 1;
+            *pos = cp.pos;
+            let logits = out.forward(model.as_mut(), &replay, pos)?;
             out.stats.grounded_nulls += 1;
             self.judged = out.bytes.len();
             return Ok(Some(logits));
@@ -752,9 +765,7 @@ pub fn decode_masked(
                     out.stop = Stop::Finished;
                     break;
                 }
-                logits = model.forward(&toks, pos)?;
-                out.stats.forward_passes += 1;
-                pos += toks.len();
+                logits = out.forward(model.as_mut(), &toks, &mut pos)?;
                 continue;
             }
         }
@@ -1117,7 +1128,21 @@ fn full_mask(matcher: &mut Matcher, mask: &mut TokenSet, stats: &mut DecodeStats
     stats.mask_ns.push(t.elapsed().as_nanos() as u64);
 }
 
-/// Free decoding: sample without a mask until EOS or the budget.
+/// What ends a free run besides EOS, the budget, the deadline and the watch.
+#[derive(Clone, Copy)]
+pub enum Until<'a> {
+    /// The end of the first complete JSON object or array. Free decoding's answer is
+    /// what the tolerant extractor takes, so whatever the model would write after it
+    /// is never read.
+    FirstValue,
+    /// Nothing else: prose, such as a chat answer. Tokens that `is_special` names
+    /// (control tokens other than EOS) add no bytes.
+    End { is_special: &'a dyn Fn(u32) -> bool },
+}
+
+/// Free decoding: sample without a mask, one token a pass, until EOS, the budget,
+/// the deadline, the watch or what `until` names. A step where no token can be
+/// sampled (every logit NaN) ends the run as EOS does.
 pub fn decode_free(
     model: &mut dyn LanguageModel,
     codec: &dyn Codec,
@@ -1125,63 +1150,12 @@ pub fn decode_free(
     mut logits: Vec<f32>,
     mut pos: usize,
     opts: &DecodeOptions,
+    until: Until<'_>,
 ) -> formwork_models::Result<DecodeOutput> {
     let started = Instant::now();
     let mut out = DecodeOutput::empty();
     let eos = codec.eos_ids();
     let mut first = FirstValue::default();
-    while out.tokens.len() < opts.max_tokens {
-        if opts.deadline.is_some_and(|d| Instant::now() >= d) {
-            out.stop = Stop::Timeout;
-            break;
-        }
-        if Watch::stops(opts, &out.bytes) {
-            out.stop = Stop::Cancelled;
-            break;
-        }
-        let Some(tok) = sampler.sample(&logits, |_| true) else {
-            break;
-        };
-        if eos.contains(&tok) {
-            out.stop = Stop::Eos;
-            break;
-        }
-        out.bytes
-            .extend_from_slice(&codec.token_bytes()[tok as usize]);
-        out.tokens.push(tok);
-        out.stats.tokens_generated += 1;
-        // The answer is the first complete JSON value (what the tolerant extractor
-        // takes); whatever the model would write after it is never read.
-        if first.feed(&out.bytes) {
-            out.stop = Stop::Finished;
-            break;
-        }
-        if out.tokens.len() >= opts.max_tokens {
-            break;
-        }
-        logits = model.forward(&[tok], pos)?;
-        out.stats.forward_passes += 1;
-        pos += 1;
-    }
-    out.stats.decode_time = started.elapsed();
-    Ok(out)
-}
-
-/// Unconstrained text: sample until EOS, the budget, the deadline or the watch.
-/// Unlike [`decode_free`] it does not stop after a first JSON value (a chat answer
-/// is prose). Control tokens other than EOS add no bytes.
-pub fn decode_text(
-    model: &mut dyn LanguageModel,
-    codec: &dyn Codec,
-    is_special: &dyn Fn(u32) -> bool,
-    sampler: &mut Sampler,
-    mut logits: Vec<f32>,
-    mut pos: usize,
-    opts: &DecodeOptions,
-) -> formwork_models::Result<DecodeOutput> {
-    let started = Instant::now();
-    let mut out = DecodeOutput::empty();
-    let eos = codec.eos_ids();
     loop {
         if out.tokens.len() >= opts.max_tokens {
             out.stop = Stop::Budget;
@@ -1195,27 +1169,29 @@ pub fn decode_text(
             out.stop = Stop::Cancelled;
             break;
         }
-        let Some(tok) = sampler.sample(&logits, |_| true) else {
+        let Some(tok) = sampler
+            .sample(&logits, |_| true)
+            .filter(|t| !eos.contains(t))
+        else {
             out.stop = Stop::Eos;
             break;
         };
-        if eos.contains(&tok) {
-            out.stop = Stop::Eos;
+        match until {
+            Until::End { is_special } if is_special(tok) => {
+                out.tokens.push(tok);
+                out.stats.tokens_generated += 1;
+            }
+            _ => out.push(codec, &[tok], true, false),
+        }
+        if matches!(until, Until::FirstValue) && first.feed(&out.bytes) {
+            out.stop = Stop::Finished;
             break;
         }
-        if !is_special(tok) {
-            out.bytes
-                .extend_from_slice(&codec.token_bytes()[tok as usize]);
-        }
-        out.tokens.push(tok);
-        out.stats.tokens_generated += 1;
         if out.tokens.len() >= opts.max_tokens {
             out.stop = Stop::Budget;
             break;
         }
-        logits = model.forward(&[tok], pos)?;
-        out.stats.forward_passes += 1;
-        pos += 1;
+        logits = out.forward(model, &[tok], &mut pos)?;
     }
     out.stats.decode_time = started.elapsed();
     Ok(out)

@@ -468,6 +468,19 @@ impl Engine {
         Ok(self.loaded.model.forward(&ids[pos..], pos)?)
     }
 
+    /// Prefills the first attempt's prompt `ids` (made with `system` and the
+    /// examples of `opts`), snapshotting the prefixes the schema's other documents
+    /// share.
+    fn prefill_prompt(
+        &mut self,
+        system: &str,
+        opts: &ExtractOptions,
+        ids: &[u32],
+    ) -> anyhow::Result<Vec<f32>> {
+        let cuts = self.shared_prefix_cuts(system, &opts.examples, ids)?;
+        self.prefill(ids, &cuts)
+    }
+
     fn decode_options(&self, opts: &ExtractOptions, started: Instant) -> DecodeOptions {
         DecodeOptions {
             max_tokens: opts.max_tokens,
@@ -512,14 +525,11 @@ impl Engine {
     ) -> anyhow::Result<()> {
         let started = Instant::now();
         let grammar = schema.grammar_for(document)?;
-        let system =
-            prompt::system_message(&schema.value, opts.prompt, opts.instructions.as_deref());
-        let messages = prompt::conversation(&system, &opts.examples, document);
+        let (system, messages) = conversation(schema, document, opts);
         let ids = self.prompt_tokens(&messages)?;
-        let cuts = self.shared_prefix_cuts(&system, &opts.examples, &ids)?;
         ex.tokens_prompt = ids.len();
         ex.attempts = 1;
-        let logits = self.prefill(&ids, &cuts)?;
+        let logits = self.prefill_prompt(&system, opts, &ids)?;
         let mut sampler = Sampler::new(opts.sampling.clone(), opts.seed);
         let mut dopts = self.decode_options(opts, started);
         dopts.grounding =
@@ -538,9 +548,7 @@ impl Engine {
         ex: &mut Extraction,
     ) -> anyhow::Result<()> {
         let started = Instant::now();
-        let system =
-            prompt::system_message(&schema.value, opts.prompt, opts.instructions.as_deref());
-        let mut messages = prompt::conversation(&system, &opts.examples, document);
+        let (system, mut messages) = conversation(schema, document, opts);
         let mut sampler = Sampler::new(opts.sampling.clone(), opts.seed);
         // The KV state right after the previous attempt's prompt: a retry's prompt
         // is that prompt plus the answer and the error message, so only those are fed.
@@ -560,10 +568,7 @@ impl Engine {
                     self.prefix_tokens_reused += n;
                     self.loaded.model.forward(&ids[n..], n)?
                 }
-                _ => {
-                    let cuts = self.shared_prefix_cuts(&system, &opts.examples, &ids)?;
-                    self.prefill(&ids, &cuts)?
-                }
+                _ => self.prefill_prompt(&system, opts, &ids)?,
             };
             if self.reuse_prefix && attempt <= opts.retries {
                 previous = Some(PrefixCache {
@@ -579,6 +584,7 @@ impl Engine {
                 logits,
                 ids.len(),
                 &dopts,
+                decode::Until::FirstValue,
             )?;
             let timed_out = out.stop == Stop::Timeout;
             self.finish_attempt(schema, ex, &out, true, true);
@@ -678,6 +684,18 @@ impl Engine {
             }
         }
     }
+}
+
+/// An extraction's system message (the schema, the prompt style, the instructions)
+/// and its conversation: the examples, then the document.
+fn conversation(
+    schema: &Schema,
+    document: &str,
+    opts: &ExtractOptions,
+) -> (String, Vec<formwork_models::chat::ChatMessage>) {
+    let system = prompt::system_message(&schema.value, opts.prompt, opts.instructions.as_deref());
+    let messages = prompt::conversation(&system, &opts.examples, document);
+    (system, messages)
 }
 
 /// Free decoding's grounding, after the fact: the grounded strings of a valid value
