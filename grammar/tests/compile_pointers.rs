@@ -82,3 +82,23 @@ fn compile_errors_use_rfc6901_pointers_only() {
         assert!(!e.to_string().contains("\"#"), "{schema}: {e}");
     }
 }
+
+// Found by reading `percent_decode` (issue 17, session 10): a `%` followed by one hex
+// digit and then a multi-byte character sliced the str inside that character, a
+// panic on any `$ref` such as `#/$defs/%aé`. Now a `%` without two hex digits is
+// kept as it is, and escapes decode byte by byte (a UTF-8 name split in `%XX`s).
+#[test]
+fn percent_before_a_multibyte_character_in_a_ref_is_an_error_not_a_panic() {
+    let defs = json!({"é": {"type": "integer"}, "%aé": {"type": "boolean"}});
+    let s = json!({"$defs": defs, "$ref": "#/$defs/%aé"});
+    let a = compile(&s, &Config::default()).expect("`%aé` names itself");
+    assert!(a.accepts(b"true") && !a.accepts(b"1"));
+    let s = json!({"$defs": defs, "$ref": "#/$defs/%C3%A9"});
+    let a = compile(&s, &Config::default()).expect("`%C3%A9` is `é`");
+    assert!(a.accepts(b"1") && !a.accepts(b"true"));
+    let s = json!({"$defs": defs, "$ref": "#/$defs/%é"});
+    let e = compile(&s, &Config::default())
+        .err()
+        .expect("no `%é` definition");
+    assert_eq!(pointer(&e), "/$ref", "{e}");
+}

@@ -14,9 +14,12 @@ pub(super) fn percent_decode(s: &str) -> String {
     let mut out = Vec::new();
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() + 0 && i + 2 <= b.len() - 1 {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                out.push(v);
+        // Two hex digits after `%`, read as bytes: `%` before a multi-byte
+        // character is kept as it is (slicing the str there would split it).
+        let hex = |j: usize| b.get(j).and_then(|&c| (c as char).to_digit(16));
+        if b[i] == b'%' {
+            if let (Some(hi), Some(lo)) = (hex(i + 1), hex(i + 2)) {
+                out.push((hi * 16 + lo) as u8);
                 i += 3;
                 continue;
             }
