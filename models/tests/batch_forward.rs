@@ -21,10 +21,7 @@ mod common;
 use std::sync::{Arc, Barrier};
 
 use formwork_models::group::BatchGroup;
-use formwork_models::runtime::{
-    forward_batch, load_file, load_with, Backend, DeviceChoice, LanguageModel, LoadOptions,
-    LoadedModel,
-};
+use formwork_models::runtime::{forward_batch, Backend, LanguageModel, LoadedModel};
 
 const PROMPTS: [&str; 3] = [
     "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
@@ -37,23 +34,6 @@ height as JSON.<|im_end|>\n<|im_start|>assistant\n",
 ];
 
 const STEPS: usize = 12;
-
-fn options() -> LoadOptions {
-    LoadOptions {
-        device: DeviceChoice::Cpu,
-        backend: Backend::Formwork,
-        ..LoadOptions::default()
-    }
-}
-
-fn smollm2() -> Option<LoadedModel> {
-    common::smollm2_present().then(|| load_with("smollm2-135m", options()).expect("load smollm2"))
-}
-
-fn qwen2() -> Option<LoadedModel> {
-    let path = common::qwen2_path()?;
-    Some(load_file(&path, "qwen2.5-coder-0.5b", options()).expect("load qwen2"))
-}
 
 /// The logits after the prompt and after each of `STEPS` greedy tokens, alone.
 fn alone(m: &LoadedModel, prompt: &str) -> (Vec<Vec<f32>>, Vec<u32>) {
@@ -119,19 +99,25 @@ fn mixed_lengths(m: &LoadedModel, name: &str) {
 
 #[test]
 fn smollm2_in_a_batch_of_mixed_lengths_equals_alone() {
-    let Some(m) = smollm2() else { return };
+    let Some(m) = common::load_smollm2(Backend::Formwork) else {
+        return;
+    };
     mixed_lengths(&m, "smollm2");
 }
 
 #[test]
 fn qwen2_in_a_batch_of_mixed_lengths_equals_alone() {
-    let Some(m) = qwen2() else { return };
+    let Some(m) = common::load_qwen2(Backend::Formwork) else {
+        return;
+    };
     mixed_lengths(&m, "qwen2");
 }
 
 #[test]
 fn threads_in_a_group_decode_together_and_equal_alone() {
-    let Some(m) = smollm2() else { return };
+    let Some(m) = common::load_smollm2(Backend::Formwork) else {
+        return;
+    };
     let want: Vec<_> = PROMPTS.iter().map(|p| alone(&m, p)).collect();
     let group = BatchGroup::new();
     let mut m = m;
@@ -161,7 +147,9 @@ fn threads_in_a_group_decode_together_and_equal_alone() {
 
 #[test]
 fn a_refused_feed_fails_alone_and_its_pass_goes_on() {
-    let Some(m) = smollm2() else { return };
+    let Some(m) = common::load_smollm2(Backend::Formwork) else {
+        return;
+    };
     let vocab = m.model.vocab_size() as u32;
     let ids: Vec<Vec<u32>> = PROMPTS
         .iter()

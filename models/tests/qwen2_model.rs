@@ -16,53 +16,27 @@
 
 mod common;
 
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::MutexGuard;
 
 use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
+use common::{scale, text_ids, TEXT};
 use formwork_models::chat::{render_chat, ChatMessage};
-use formwork_models::quant::Isa;
 use formwork_models::qwen2::{Config, ModelWeights};
-use formwork_models::runtime::{load_file, Backend, DeviceChoice, LoadOptions, LoadedModel};
-
-/// A chat prompt and answer, so the positions cover control tokens, prose and JSON.
-const TEXT: &str = "<|im_start|>system\nYou extract facts as JSON.<|im_end|>\n<|im_start|>user\n\
-The Eiffel Tower, completed in 1889 for the World's Fair in Paris, is 330 metres tall and was \
-designed by the engineering firm of Gustave Eiffel. It was the tallest man-made structure in the \
-world until the Chrysler Building in New York was finished in 1930. Give its name, city, year and \
-height.<|im_end|>\n<|im_start|>assistant\n{\"name\": \"Eiffel Tower\", \"city\": \"Paris\", \"year\": 1889, \
-\"height_m\": 330, \"designer\": \"Gustave Eiffel\", \"tallest_until\": 1930}<|im_end|>\n";
-
-fn load(backend: Backend) -> Option<LoadedModel> {
-    let path = common::qwen2_path()?;
-    let options = LoadOptions {
-        device: DeviceChoice::Cpu,
-        backend,
-        ..LoadOptions::default()
-    };
-    Some(load_file(&path, "qwen2.5-coder-0.5b", options).expect("load qwen2"))
-}
+use formwork_models::runtime::{Backend, LoadedModel};
 
 /// The candle-tensor path through the runtime (what GPUs run), loaded once; tests take
 /// snapshots.
 fn shared() -> Option<MutexGuard<'static, LoadedModel>> {
-    static M: OnceLock<Option<Mutex<LoadedModel>>> = OnceLock::new();
-    let m = M.get_or_init(|| load(Backend::Candle).map(Mutex::new));
-    Some(m.as_ref()?.lock().unwrap_or_else(|e| e.into_inner()))
+    static M: common::Shared = common::Shared::new();
+    common::once(&M, || common::load_qwen2(Backend::Candle))
 }
 
 /// formwork's CPU model file through the runtime (what `formwork` runs on an AVX2 CPU),
 /// loaded once.
 fn ours() -> Option<MutexGuard<'static, LoadedModel>> {
-    static M: OnceLock<Option<Mutex<LoadedModel>>> = OnceLock::new();
-    let m = M.get_or_init(|| load(Backend::Formwork).map(Mutex::new));
-    Some(m.as_ref()?.lock().unwrap_or_else(|e| e.into_inner()))
-}
-
-fn text_ids(m: &LoadedModel) -> Vec<u32> {
-    let ids = m.tokenizer.encode(TEXT).unwrap();
-    assert!(ids.len() > 100, "{} tokens", ids.len());
-    ids
+    static M: common::Shared = common::Shared::new();
+    common::once(&M, || common::load_qwen2(Backend::Formwork))
 }
 
 fn content(path: &std::path::Path) -> (gguf_file::Content, std::fs::File) {
@@ -146,24 +120,13 @@ fn logits_agree_with_candle_quantized_qwen2() {
 /// match exactly and the logits within this share of their largest magnitude.
 const TOL: f32 = 0.15;
 
-fn scale(logits: &[f32]) -> f32 {
-    logits.iter().fold(0.0f32, |m, x| m.max(x.abs()))
-}
-
 /// One prefill, prefills in chunks of 7, and one token at a time give the same logits
 /// (up to activation rounding: see `TOL`).
 #[test]
 fn chunked_prefill_equals_full_prefill() {
     let Some(m) = shared() else { return };
-    let ids = text_ids(&m);
-    let ids = &ids[..90];
-    let mut model = m.model.snapshot();
-    let full = model.forward(ids, 0).unwrap();
-    for chunk in [7, 1] {
-        let mut last = Vec::new();
-        for (i, c) in ids.chunks(chunk).enumerate() {
-            last = model.forward(c, i * chunk).unwrap();
-        }
+    let (full, chunked) = common::chunked_prefills(&m, &text_ids(&m)[..90]);
+    for (chunk, last) in chunked {
         let d = common::max_abs_diff(&full, &last);
         let s = scale(&full);
         eprintln!("chunks of {chunk}: largest difference {d} (max |logit| {s})");
@@ -180,32 +143,21 @@ fn chunked_prefill_equals_full_prefill() {
 #[test]
 fn snapshots_are_independent() {
     let Some(m) = shared() else { return };
-    let ids = text_ids(&m);
-    let (prefix, rest) = ids.split_at(60);
-    let mut base = m.model.snapshot();
-    base.forward(prefix, 0).unwrap();
-    let mut snap = base.snapshot();
-    // The original goes on with other tokens, well past the snapshot's length.
-    let mut pos = prefix.len();
-    for &t in &rest[20..50] {
-        base.forward(&[t], pos).unwrap();
-        pos += 1;
-    }
-    let from_snap = snap.forward(&rest[..10], prefix.len()).unwrap();
-    let mut fresh = m.model.snapshot();
-    let want = fresh.forward(&ids[..70], 0).unwrap();
+    let [(from_snap, want), (next, want_next)] = common::snapshot_runs(&m, &text_ids(&m));
     let d = common::max_abs_diff(&from_snap, &want);
     assert!(d <= 1e-3, "snapshot: largest difference {d}");
-    // And the original's cache was not touched by the snapshot's decoding.
-    let next = base.forward(&rest[50..51], pos).unwrap();
-    let mut seq: Vec<u32> = prefix.to_vec();
-    seq.extend_from_slice(&rest[20..51]);
-    let want = fresh.forward(&seq, 0).unwrap();
     // Token by token against one prefill: equal up to activation rounding (`TOL`); a
     // cache the snapshot had written into would give another argmax and logits far off.
-    let d = common::max_abs_diff(&next, &want);
-    assert_eq!(common::argmax(&next), common::argmax(&want), "original");
-    assert!(d <= TOL * scale(&want), "original: largest difference {d}");
+    let d = common::max_abs_diff(&next, &want_next);
+    assert_eq!(
+        common::argmax(&next),
+        common::argmax(&want_next),
+        "original"
+    );
+    assert!(
+        d <= TOL * scale(&want_next),
+        "original: largest difference {d}"
+    );
 }
 
 /// The GGUF's chat template, the tokenizer and the model together: greedy decoding answers
@@ -271,17 +223,7 @@ fn cpu_bad_input_is_an_error() {
 }
 
 fn bad_input(m: &LoadedModel) {
-    let mut model = m.model.snapshot();
-    assert_eq!(model.vocab_size(), 151_936);
-    let e = model.forward(&[151_936], 0).unwrap_err().to_string();
-    assert!(e.contains("151936"), "{e}");
-    assert!(model.forward(&[], 0).is_err());
-    model.forward(&[1, 2, 3], 0).unwrap();
-    let e = model.forward(&[4], 7).unwrap_err().to_string();
-    assert!(e.contains('3'), "{e}");
-    model.forward(&[4], 3).unwrap();
-    let e = model.forward(&[4], 40_000).unwrap_err().to_string();
-    assert!(e.contains("context"), "{e}");
+    common::bad_input_is_an_error(m, 151_936, 40_000);
     assert_eq!(m.context_length, 32_768);
 }
 
@@ -294,25 +236,8 @@ fn bad_input(m: &LoadedModel) {
 fn cpu_teacher_forced_argmax_agrees_with_candle() {
     let Some(m) = ours() else { return };
     let candle = shared().unwrap();
-    let ids = text_ids(&m);
-    let steps = 64;
-    let start = ids.len() - steps;
-    let mut a = m.model.snapshot();
-    let mut b = candle.model.snapshot();
-    let mut la = a.forward(&ids[..start], 0).unwrap();
-    let mut lb = b.forward(&ids[..start], 0).unwrap();
-    let (mut agree, mut worst) = (0, 0f32);
-    for i in start..ids.len() {
-        agree += (common::argmax(&la) == common::argmax(&lb)) as usize;
-        worst = worst.max(common::max_abs_diff(&la, &lb));
-        la = a.forward(&ids[i..i + 1], i).unwrap();
-        lb = b.forward(&ids[i..i + 1], i).unwrap();
-    }
-    eprintln!(
-        "argmax agreement {agree}/{steps}, largest logit difference {worst:.3} (max |logit| {:.1})",
-        scale(&lb)
-    );
-    assert!(agree >= steps - 2, "argmax agreement {agree}/{steps}");
+    let (agree, worst, _) = common::teacher_forced(&m, &candle, &text_ids(&m), 64);
+    assert!(agree >= 64 - 2, "argmax agreement {agree}/64");
     assert!(worst <= 1.5, "largest logit difference {worst}");
 }
 
@@ -321,15 +246,8 @@ fn cpu_teacher_forced_argmax_agrees_with_candle() {
 #[test]
 fn cpu_chunked_prefill_equals_full_prefill() {
     let Some(m) = ours() else { return };
-    let ids = text_ids(&m);
-    let ids = &ids[..90];
-    let mut model = m.model.snapshot();
-    let full = model.forward(ids, 0).unwrap();
-    for chunk in [7, 1] {
-        let mut last = Vec::new();
-        for (i, c) in ids.chunks(chunk).enumerate() {
-            last = model.forward(c, i * chunk).unwrap();
-        }
+    let (full, chunked) = common::chunked_prefills(&m, &text_ids(&m)[..90]);
+    for (chunk, last) in chunked {
         let d = common::max_abs_diff(&full, &last);
         eprintln!("chunks of {chunk}: largest difference {d}");
         assert!(d <= 1e-4, "chunks of {chunk}: largest difference {d}");
@@ -342,48 +260,19 @@ fn cpu_chunked_prefill_equals_full_prefill() {
 #[test]
 fn cpu_snapshots_are_independent() {
     let Some(m) = ours() else { return };
-    let ids = text_ids(&m);
-    let (prefix, rest) = ids.split_at(60);
-    let mut base = m.model.snapshot();
-    base.forward(prefix, 0).unwrap();
-    let mut snap = base.snapshot();
-    let mut pos = prefix.len();
-    for &t in &rest[20..50] {
-        base.forward(&[t], pos).unwrap();
-        pos += 1;
+    for (what, (got, want)) in ["snapshot", "original"]
+        .into_iter()
+        .zip(common::snapshot_runs(&m, &text_ids(&m)))
+    {
+        let d = common::max_abs_diff(&got, &want);
+        assert!(d <= 1e-4, "{what}: largest difference {d}");
     }
-    let from_snap = snap.forward(&rest[..10], prefix.len()).unwrap();
-    let mut fresh = m.model.snapshot();
-    let want = fresh.forward(&ids[..70], 0).unwrap();
-    let d = common::max_abs_diff(&from_snap, &want);
-    assert!(d <= 1e-4, "snapshot: largest difference {d}");
-    let next = base.forward(&rest[50..51], pos).unwrap();
-    let mut seq: Vec<u32> = prefix.to_vec();
-    seq.extend_from_slice(&rest[20..51]);
-    let want = fresh.forward(&seq, 0).unwrap();
-    let d = common::max_abs_diff(&next, &want);
-    assert!(d <= 1e-4, "original: largest difference {d}");
 }
 
 /// The portable scalar kernels and the SIMD ones this CPU runs agree end to end.
 #[test]
 fn cpu_scalar_and_simd_kernels_agree() {
     let Some(m) = ours() else { return };
-    let ids = text_ids(&m);
-    let ids = &ids[..24];
-    let load = |isa| {
-        let (ct, mut f) = content(&m.path);
-        formwork_models::llama::ModelWeights::from_gguf_with_isa(ct, &mut f, &Device::Cpu, isa)
-            .unwrap()
-    };
-    let want = load(Isa::Scalar).forward_tokens(ids, 0).unwrap();
-    for isa in Isa::available() {
-        let got = load(isa).forward_tokens(ids, 0).unwrap();
-        let d = common::max_abs_diff(&want, &got);
-        eprintln!("{isa:?}: largest difference from scalar {d}");
-        // Equal integer sums; the order of the f32 sums differs, and a flipped 8-bit
-        // rounding of an activation grows over 24 layers.
-        assert!(d <= 1.0, "{isa:?}: {d}");
-        assert_eq!(common::argmax(&want), common::argmax(&got), "{isa:?}");
-    }
+    // Over 24 layers.
+    common::scalar_and_simd_agree(&m.path, &text_ids(&m)[..24], 1.0);
 }

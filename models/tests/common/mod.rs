@@ -1,9 +1,16 @@
 //! Helpers shared by the model tests (each test file uses the ones it needs).
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
+use candle_core::quantized::gguf_file;
+use candle_core::Device;
+use formwork_models::quant::Isa;
 use formwork_models::registry;
+use formwork_models::runtime::{
+    load_file, load_with, Backend, DeviceChoice, LoadOptions, LoadedModel,
+};
 
 /// The index of the largest logit (the first one on ties).
 pub fn argmax(v: &[f32]) -> u32 {
@@ -67,4 +74,164 @@ pub fn qwen2_path() -> Option<PathBuf> {
         return None;
     }
     Some(path)
+}
+
+/// A chat prompt and answer, so the positions cover control tokens, prose and JSON.
+pub const TEXT: &str = "<|im_start|>system\nYou extract facts as JSON.<|im_end|>\n<|im_start|>user\n\
+The Eiffel Tower, completed in 1889 for the World's Fair in Paris, is 330 metres tall and was \
+designed by the engineering firm of Gustave Eiffel. It was the tallest man-made structure in the \
+world until the Chrysler Building in New York was finished in 1930. Give its name, city, year and \
+height.<|im_end|>\n<|im_start|>assistant\n{\"name\": \"Eiffel Tower\", \"city\": \"Paris\", \"year\": 1889, \
+\"height_m\": 330, \"designer\": \"Gustave Eiffel\", \"tallest_until\": 1930}<|im_end|>\n";
+
+/// [`TEXT`] in `m`'s tokens (over 100 of them).
+pub fn text_ids(m: &LoadedModel) -> Vec<u32> {
+    let ids = m.tokenizer.encode(TEXT).unwrap();
+    assert!(ids.len() > 100, "{} tokens", ids.len());
+    ids
+}
+
+/// Load options for the CPU with `backend`.
+pub fn cpu_options(backend: Backend) -> LoadOptions {
+    LoadOptions {
+        device: DeviceChoice::Cpu,
+        backend,
+        ..LoadOptions::default()
+    }
+}
+
+/// SmolLM2 on the CPU with `backend`; None (after the `SKIPPED:` note) when absent.
+pub fn load_smollm2(backend: Backend) -> Option<LoadedModel> {
+    smollm2_present()
+        .then(|| load_with("smollm2-135m", cpu_options(backend)).expect("load smollm2"))
+}
+
+/// Qwen2.5-Coder on the CPU with `backend`; None (after the `SKIPPED:` note) when absent.
+pub fn load_qwen2(backend: Backend) -> Option<LoadedModel> {
+    let path = qwen2_path()?;
+    Some(load_file(&path, "qwen2.5-coder-0.5b", cpu_options(backend)).expect("load qwen2"))
+}
+
+/// A model a test binary loads once and its tests share (they take snapshots).
+pub type Shared = OnceLock<Option<Mutex<LoadedModel>>>;
+
+/// The model in `cell`, loaded by `load` on first use; None when it is absent.
+pub fn once(
+    cell: &'static Shared,
+    load: impl FnOnce() -> Option<LoadedModel>,
+) -> Option<MutexGuard<'static, LoadedModel>> {
+    let m = cell.get_or_init(|| load().map(Mutex::new));
+    Some(m.as_ref()?.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// Teacher-forced over the last `steps` positions of `ids`, `a` against `b`: how many
+/// next-token argmaxes agree, the largest logit difference, and the largest |logit|
+/// of `b`'s last logits.
+pub fn teacher_forced(
+    a: &LoadedModel,
+    b: &LoadedModel,
+    ids: &[u32],
+    steps: usize,
+) -> (usize, f32, f32) {
+    let start = ids.len() - steps;
+    let (mut a, mut b) = (a.model.snapshot(), b.model.snapshot());
+    let mut la = a.forward(&ids[..start], 0).unwrap();
+    let mut lb = b.forward(&ids[..start], 0).unwrap();
+    let (mut agree, mut worst) = (0, 0f32);
+    for i in start..ids.len() {
+        agree += usize::from(argmax(&la) == argmax(&lb));
+        worst = worst.max(max_abs_diff(&la, &lb));
+        la = a.forward(&ids[i..i + 1], i).unwrap();
+        lb = b.forward(&ids[i..i + 1], i).unwrap();
+    }
+    eprintln!(
+        "argmax agreement {agree}/{steps}, largest logit difference {worst:.3} (max |logit| {:.1})",
+        scale(&lb)
+    );
+    (agree, worst, scale(&lb))
+}
+
+/// The largest |logit|.
+pub fn scale(logits: &[f32]) -> f32 {
+    logits.iter().fold(0.0f32, |m, x| m.max(x.abs()))
+}
+
+/// The logits after `ids` in one prefill, and after prefills in chunks of 7 and of 1
+/// (one token at a time): `(full, [(7, last), (1, last)])`, on one snapshot of `m`.
+pub fn chunked_prefills(m: &LoadedModel, ids: &[u32]) -> (Vec<f32>, Vec<(usize, Vec<f32>)>) {
+    let mut model = m.model.snapshot();
+    let full = model.forward(ids, 0).unwrap();
+    let chunked = [7, 1]
+        .into_iter()
+        .map(|chunk| {
+            let mut last = Vec::new();
+            for (i, c) in ids.chunks(chunk).enumerate() {
+                last = model.forward(c, i * chunk).unwrap();
+            }
+            (chunk, last)
+        })
+        .collect();
+    (full, chunked)
+}
+
+/// A snapshot taken after 60 tokens of `ids` decodes on while the original decodes
+/// other tokens well past it. Returns two (got, want) pairs: the snapshot's next 10
+/// tokens against one prefill of the same 70, and the original's next token against
+/// one prefill of what the original was fed.
+pub fn snapshot_runs(m: &LoadedModel, ids: &[u32]) -> [(Vec<f32>, Vec<f32>); 2] {
+    let (prefix, rest) = ids.split_at(60);
+    let mut base = m.model.snapshot();
+    base.forward(prefix, 0).unwrap();
+    let mut snap = base.snapshot();
+    let mut pos = prefix.len();
+    for &t in &rest[20..50] {
+        base.forward(&[t], pos).unwrap();
+        pos += 1;
+    }
+    let from_snap = snap.forward(&rest[..10], prefix.len()).unwrap();
+    let mut fresh = m.model.snapshot();
+    let want_snap = fresh.forward(&ids[..70], 0).unwrap();
+    let next = base.forward(&rest[50..51], pos).unwrap();
+    let mut seq: Vec<u32> = prefix.to_vec();
+    seq.extend_from_slice(&rest[20..51]);
+    let want_next = fresh.forward(&seq, 0).unwrap();
+    [(from_snap, want_snap), (next, want_next)]
+}
+
+/// formwork's CPU file read from `path` with the portable scalar kernels and with each
+/// SIMD set this CPU runs, over `ids`: asserts the same argmax and logits within
+/// `tol` of the scalar ones (the integer sums are exact; only the order of the f32
+/// sums differs, and a flipped 8-bit rounding of an activation grows over the layers).
+pub fn scalar_and_simd_agree(path: &Path, ids: &[u32], tol: f32) {
+    let load = |isa| {
+        let mut f = std::fs::File::open(path).unwrap();
+        let ct = gguf_file::Content::read(&mut f).unwrap();
+        formwork_models::llama::ModelWeights::from_gguf_with_isa(ct, &mut f, &Device::Cpu, isa)
+            .unwrap()
+    };
+    let want = load(Isa::Scalar).forward_tokens(ids, 0).unwrap();
+    for isa in Isa::available() {
+        let got = load(isa).forward_tokens(ids, 0).unwrap();
+        let d = max_abs_diff(&want, &got);
+        eprintln!("{isa:?}: largest difference from scalar {d}");
+        assert!(d <= tol, "{isa:?}: {d}");
+        assert_eq!(argmax(&want), argmax(&got), "{isa:?}");
+    }
+}
+
+/// Bad input is an error with its numbers, never a panic, and leaves the model usable:
+/// a token id of `vocab`, an empty feed, a gap in positions, a position `beyond` the
+/// context.
+pub fn bad_input_is_an_error(m: &LoadedModel, vocab: u32, beyond: usize) {
+    let mut model = m.model.snapshot();
+    assert_eq!(model.vocab_size(), vocab as usize);
+    let e = model.forward(&[vocab], 0).unwrap_err().to_string();
+    assert!(e.contains(&vocab.to_string()), "{e}");
+    assert!(model.forward(&[], 0).is_err());
+    model.forward(&[1, 2, 3], 0).unwrap();
+    let e = model.forward(&[4], 7).unwrap_err().to_string();
+    assert!(e.contains('3'), "{e}");
+    model.forward(&[4], 3).unwrap();
+    let e = model.forward(&[4], beyond).unwrap_err().to_string();
+    assert!(e.contains("context"), "{e}");
 }
