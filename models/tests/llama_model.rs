@@ -31,25 +31,14 @@ fn teacher_forced_argmax_agrees_with_candle() {
 #[test]
 fn chunked_prefill_equals_full_prefill() {
     let Some(m) = ours() else { return };
-    let (full, chunked) = common::chunked_prefills(&m, &text_ids(&m)[..90]);
-    for (chunk, last) in chunked {
-        let d = common::max_abs_diff(&full, &last);
-        assert!(d <= 1e-4, "chunks of {chunk}: largest difference {d}");
-        assert_eq!(common::argmax(&full), common::argmax(&last));
-    }
+    common::assert_chunked_prefills_agree(&m, 1e-4);
 }
 
 /// A snapshot keeps its cache while the original decodes on, and the original is unharmed.
 #[test]
 fn snapshots_are_independent() {
     let Some(m) = ours() else { return };
-    for (what, (got, want)) in ["snapshot", "original"]
-        .into_iter()
-        .zip(common::snapshot_runs(&m, &text_ids(&m)))
-    {
-        let d = common::max_abs_diff(&got, &want);
-        assert!(d <= 1e-4, "{what}: largest difference {d}");
-    }
+    common::assert_snapshots_independent(&m, 1e-4);
 }
 
 /// The portable scalar kernel and the SIMD ones this CPU runs agree end to end (logits

@@ -246,13 +246,7 @@ fn cpu_teacher_forced_argmax_agrees_with_candle() {
 #[test]
 fn cpu_chunked_prefill_equals_full_prefill() {
     let Some(m) = ours() else { return };
-    let (full, chunked) = common::chunked_prefills(&m, &text_ids(&m)[..90]);
-    for (chunk, last) in chunked {
-        let d = common::max_abs_diff(&full, &last);
-        eprintln!("chunks of {chunk}: largest difference {d}");
-        assert!(d <= 1e-4, "chunks of {chunk}: largest difference {d}");
-        assert_eq!(common::argmax(&full), common::argmax(&last));
-    }
+    common::assert_chunked_prefills_agree(&m, 1e-4);
 }
 
 /// A snapshot of the CPU file keeps its cache while the original decodes on, and the
@@ -260,13 +254,7 @@ fn cpu_chunked_prefill_equals_full_prefill() {
 #[test]
 fn cpu_snapshots_are_independent() {
     let Some(m) = ours() else { return };
-    for (what, (got, want)) in ["snapshot", "original"]
-        .into_iter()
-        .zip(common::snapshot_runs(&m, &text_ids(&m)))
-    {
-        let d = common::max_abs_diff(&got, &want);
-        assert!(d <= 1e-4, "{what}: largest difference {d}");
-    }
+    common::assert_snapshots_independent(&m, 1e-4);
 }
 
 /// The portable scalar kernels and the SIMD ones this CPU runs agree end to end.

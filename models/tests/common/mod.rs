@@ -235,3 +235,24 @@ pub fn bad_input_is_an_error(m: &LoadedModel, vocab: u32, beyond: usize) {
     let e = model.forward(&[4], beyond).unwrap_err().to_string();
     assert!(e.contains("context"), "{e}");
 }
+
+/// [`chunked_prefills`] over the first 90 tokens of [`TEXT`]: the same argmax, and
+/// logits within `tol`.
+pub fn assert_chunked_prefills_agree(m: &LoadedModel, tol: f32) {
+    let (full, chunked) = chunked_prefills(m, &text_ids(m)[..90]);
+    for (chunk, last) in chunked {
+        let d = max_abs_diff(&full, &last);
+        eprintln!("chunks of {chunk}: largest difference {d}");
+        assert!(d <= tol, "chunks of {chunk}: largest difference {d}");
+        assert_eq!(argmax(&full), argmax(&last), "chunks of {chunk}");
+    }
+}
+
+/// [`snapshot_runs`] over [`TEXT`]: both pairs within `tol`.
+pub fn assert_snapshots_independent(m: &LoadedModel, tol: f32) {
+    let runs = snapshot_runs(m, &text_ids(m));
+    for (what, (got, want)) in ["snapshot", "original"].into_iter().zip(runs) {
+        let d = max_abs_diff(&got, &want);
+        assert!(d <= tol, "{what}: largest difference {d}");
+    }
+}
