@@ -25,3 +25,18 @@ fn fuzz_smoke_validate() {
 fn fuzz_smoke_batch_line() {
     smoke::smoke(&root(), "batch_line", 5, targets::batch_line);
 }
+
+#[test]
+fn fuzz_smoke_serve_request() {
+    smoke::smoke(&root(), "serve_request", 6, targets::serve_request);
+}
+
+#[test]
+fn fuzz_smoke_serve_request_structured() {
+    smoke::smoke(
+        &root(),
+        "serve_request_structured",
+        7,
+        targets::serve_request_structured,
+    );
+}

@@ -124,3 +124,126 @@ pub fn batch_line(data: &[u8]) {
         }
     }
 }
+
+/// Target `serve_request`: a request body as `POST /v1/chat/completions` and
+/// `POST /v1/responses` read it, then what the server does next with a
+/// `json_schema` format: read it as a schema and compile its grammar. Bad input is a
+/// 400 with a one-line message (naming its parameter when it has one), never a panic
+/// nor another status; a compile error is the one-line 400 the server sends.
+pub fn serve_request(data: &[u8]) {
+    use formwork::serve::request::{chat, responses, Format};
+    use formwork::serve::schemas::compile_error;
+    for parsed in [chat(data), responses(data)] {
+        let req = match parsed {
+            Ok(req) => req,
+            Err(e) => {
+                assert_eq!(e.status.as_u16(), 400, "{}", e.message);
+                assert!(
+                    !e.message.is_empty() && !e.message.contains('\n'),
+                    "{:?}",
+                    e.message
+                );
+                assert!(
+                    e.param.as_deref() != Some(""),
+                    "an empty param: {}",
+                    e.message
+                );
+                let _ = e.body();
+                continue;
+            }
+        };
+        assert!(
+            !req.messages.is_empty(),
+            "a request without messages was taken"
+        );
+        assert!(serde_json::from_slice::<Value>(data).is_ok_and(|v| v.is_object()));
+        if let Format::Schema { name, schema } = req.format {
+            let Ok(mut s) = formwork::engine::Schema::new(schema) else {
+                continue;
+            };
+            if let Err(e) = s.grammar() {
+                let e = compile_error(&name, e);
+                assert_eq!(e.status.as_u16(), 400, "{}", e.message);
+                assert!(!e.message.contains('\n'), "{:?}", e.message);
+            }
+        }
+    }
+}
+
+/// Target `serve_request_structured`: bytes choosing edits to a valid request body
+/// (replace a value anywhere with one of another type or range, add a known
+/// parameter), so that the type and range checks behind the JSON parse are reached,
+/// then [`serve_request`] on the result.
+pub fn serve_request_structured(data: &[u8]) {
+    const BASES: [&str; 3] = [
+        r#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"hi"}]}],"response_format":{"type":"json_schema","json_schema":{"name":"P","strict":true,"schema":{"type":"object","properties":{"a":{"type":"integer","minimum":0}},"required":["a"]}}},"max_completion_tokens":64,"temperature":0.5,"top_p":0.9,"seed":1,"stream":true,"stream_options":{"include_usage":true}}"#,
+        r#"{"model":"m","instructions":"i","input":[{"type":"message","role":"user","content":"x"}],"text":{"format":{"type":"json_schema","name":"F","schema":{"type":"array","items":{"enum":[1,"a",null]},"maxItems":3}}},"max_output_tokens":16}"#,
+        r#"{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"},"max_tokens":8}"#,
+    ];
+    const VALUES: [&str; 16] = [
+        "null",
+        "true",
+        "0",
+        "-1",
+        "1.5",
+        "1e400",
+        "18446744073709551616",
+        "\"\"",
+        "\"json_schema\"",
+        "[]",
+        "{}",
+        "[{\"role\":\"user\",\"content\":\"x\"}]",
+        "{\"type\":\"json_schema\"}",
+        "{\"type\":\"text\",\"text\":\"t\"}",
+        "\"user\"",
+        "{\"$ref\":\"#/x\"}",
+    ];
+    const KEYS: [&str; 12] = [
+        "model",
+        "messages",
+        "input",
+        "response_format",
+        "text",
+        "json_schema",
+        "schema",
+        "type",
+        "n",
+        "tools",
+        "stop",
+        "max_tokens",
+    ];
+    let mut bytes = data.iter().map(|&b| b as usize);
+    let mut next = move || bytes.next().unwrap_or(0);
+    let mut body: Value = serde_json::from_str(BASES[next() % BASES.len()]).expect("JSON");
+    for _ in 0..1 + next() % 4 {
+        // Walk down while the bytes say so (a JSON Pointer), then edit there.
+        let mut pointer = String::new();
+        let mut at = &body;
+        loop {
+            let go = next() % 4 != 0;
+            let (step, child) = match at {
+                Value::Object(m) if go && !m.is_empty() => {
+                    let (k, v) = m.iter().nth(next() % m.len()).expect("in range");
+                    (k.replace('~', "~0").replace('/', "~1"), v)
+                }
+                Value::Array(a) if go && !a.is_empty() => {
+                    let i = next() % a.len();
+                    (i.to_string(), &a[i])
+                }
+                _ => break,
+            };
+            pointer = format!("{pointer}/{step}");
+            at = child;
+        }
+        let value: Value = serde_json::from_str(VALUES[next() % VALUES.len()]).expect("JSON");
+        let key = KEYS[next() % KEYS.len()];
+        let insert = next() % 2 == 0;
+        match body.pointer_mut(&pointer).expect("the walked pointer") {
+            Value::Object(m) if insert => {
+                m.insert(key.to_string(), value);
+            }
+            at => *at = value,
+        }
+    }
+    serve_request(&serde_json::to_vec(&body).expect("serialises"));
+}
