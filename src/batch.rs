@@ -16,6 +16,7 @@
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, IsTerminal, Read, Seek, SeekFrom, Write};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use std::time::Instant;
 use anyhow::Context;
 use serde_json::{json, Value};
 
-use crate::engine::{Engine, ExtractOptions, Extraction, Schema, VerdictKind};
+use crate::engine::{workers, Engine, ExtractOptions, Extraction, Schema, VerdictKind};
 
 mod lines;
 
@@ -319,92 +320,58 @@ fn run_parallel(
     if opts.mode == crate::engine::Mode::Masked {
         let _ = schema.grammar();
     }
-    let group = formwork_models::group::BatchGroup::new();
-    engine.join_group(&group);
     let total = todo.len();
-    let queue = std::sync::Mutex::new(todo.into_iter().enumerate());
-    // Workers stop taking records when this is set: Ctrl-C, or a write that failed.
-    let stop = AtomicBool::new(false);
-    let (tx, rx) = std::sync::mpsc::channel::<(usize, Done)>();
-    let workers = bopts.parallel.min(total).max(1);
+    let mut waiting = std::collections::BTreeMap::new();
+    let mut next = 0usize;
     let mut failed: Option<anyhow::Error> = None;
-    let mut panicked = 0usize;
-    let reused = std::thread::scope(|scope| {
-        let spawned: Vec<_> = (0..workers)
-            .map(|i| {
-                let mut engine = engine.share();
-                let mut schema = schema.clone();
-                let (queue, stop, tx, group) = (&queue, &stop, tx.clone(), &group);
-                std::thread::Builder::new()
-                    .name(format!("formwork-batch-{i}"))
-                    .spawn_scoped(scope, move || {
-                        let _member = group.join();
-                        loop {
-                            if stop.load(Ordering::SeqCst) || interrupted.load(Ordering::SeqCst) {
-                                break;
-                            }
-                            let next = queue.lock().map(|mut q| q.next()).unwrap_or(None);
-                            let Some((idx, item)) = next else { break };
-                            let done = process(&mut engine, &mut schema, opts, bopts, run_id, item);
-                            if tx.send((idx, done)).is_err() {
-                                break;
-                            }
-                        }
-                        engine.prefix_tokens_reused
-                    })
-            })
-            .collect();
-        drop(tx);
-        let mut handles = Vec::new();
-        for h in spawned {
-            match h {
-                Ok(h) => handles.push(h),
-                Err(e) => {
-                    failed.get_or_insert_with(|| {
-                        anyhow::anyhow!("starting a batch worker thread: {e}")
-                    });
-                    stop.store(true, Ordering::SeqCst);
-                }
-            }
+    let go_on = || !interrupted.load(Ordering::SeqCst);
+    let work = |engine: &mut Engine, schema: &mut Schema, item: Item| {
+        process(engine, schema, opts, bopts, run_id, item)
+    };
+    let take = |idx: usize, done: Done| {
+        if failed.is_some() {
+            return ControlFlow::Break(());
         }
-        let mut waiting = std::collections::BTreeMap::new();
-        let mut next = 0usize;
-        for (idx, done) in rx {
-            if failed.is_some() {
-                stop.store(true, Ordering::SeqCst);
-                continue;
-            }
-            if interrupted.load(Ordering::SeqCst) && done.verdict == Some(VerdictKind::Error) {
-                // Cut short by the interrupt: this record and all after it run again.
-                sink.summary.interrupted = true;
-                stop.store(true, Ordering::SeqCst);
-                waiting.insert(idx, None);
-                continue;
-            }
-            waiting.insert(idx, Some(done));
-            while let Some(entry) = waiting.remove(&next) {
-                let Some(done) = entry else {
-                    // A hole: nothing after it is written.
-                    next = usize::MAX;
-                    break;
-                };
-                if let Err(e) = sink.write(done) {
-                    failed = Some(e);
-                    stop.store(true, Ordering::SeqCst);
-                    break;
-                }
-                next += 1;
-            }
+        if interrupted.load(Ordering::SeqCst) && done.verdict == Some(VerdictKind::Error) {
+            // Cut short by the interrupt: this record and all after it run again.
+            sink.summary.interrupted = true;
+            waiting.insert(idx, None);
+            return ControlFlow::Break(());
         }
-        let mut reused = 0;
-        for h in handles {
-            match h.join() {
-                Ok(n) => reused += n,
-                Err(_) => panicked += 1,
+        waiting.insert(idx, Some(done));
+        while let Some(entry) = waiting.remove(&next) {
+            let Some(done) = entry else {
+                // A hole: nothing after it is written.
+                next = usize::MAX;
+                break;
+            };
+            if let Err(e) = sink.write(done) {
+                failed = Some(e);
+                return ControlFlow::Break(());
             }
+            next += 1;
         }
-        reused
-    });
+        if failed.is_some() {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    };
+    let threads = bopts.parallel;
+    let run = workers::run(
+        engine,
+        schema,
+        todo,
+        threads,
+        "formwork-batch",
+        &go_on,
+        &work,
+        take,
+    );
+    let finished = match run {
+        Ok(f) => f,
+        Err(e) => return Err(failed.unwrap_or(e)),
+    };
     if interrupted.load(Ordering::SeqCst) && sink.summary.processed < total {
         sink.summary.interrupted = true;
     }
@@ -412,14 +379,14 @@ fn run_parallel(
         // A worker died with a record in hand: the records after it in input order
         // were not written. Say so; a rerun resumes from the first missing one.
         failed = Some(anyhow::anyhow!(
-            "{panicked} batch worker(s) stopped early: {} of {total} records written, in input order; rerun the same command to resume",
+            "{} batch worker(s) stopped early: {} of {total} records written, in input order; rerun the same command to resume",
+            finished.panicked,
             sink.summary.processed
         ));
     }
-    sink.summary.prefix_tokens_reused = reused;
-    let st = group.stats();
-    sink.summary.batched_passes = st.passes;
-    sink.summary.mean_batch = st.mean_batch();
+    sink.summary.prefix_tokens_reused = finished.prefix_tokens_reused;
+    sink.summary.batched_passes = finished.stats.passes;
+    sink.summary.mean_batch = finished.stats.mean_batch();
     match failed {
         Some(e) => Err(e),
         None => Ok(()),

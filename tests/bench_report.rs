@@ -188,3 +188,64 @@ fn bench_report_renders_in_a_browser() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `bench --parallel 3`: the three records and both modes decode together (six jobs
+/// on three workers in one batch group), and the report's records are the serial
+/// run's, in the same order, with the same answers; the batching is reported.
+#[test]
+fn parallel_bench_reports_what_a_serial_bench_reports() {
+    let Some(home) = home() else { return };
+    let dataset = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/snips_sample.jsonl");
+    let run = |parallel: &str| -> Value {
+        let dir = std::env::temp_dir().join(format!(
+            "formwork-bench-parallel-{parallel}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = Command::new(env!("CARGO_BIN_EXE_formwork"))
+            .env("FORMWORK_HOME", &home)
+            .env("FORMWORK_MODEL", "smollm2-135m")
+            .env("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0")
+            .args(["bench", "--modes", "masked,free", "--max-tokens", "96"])
+            .args(["--parallel", parallel])
+            .arg("--dataset")
+            .arg(&dataset)
+            .arg("--report")
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report = std::fs::read(dir.join("report.json")).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        serde_json::from_slice(&report).unwrap()
+    };
+    let (serial, parallel) = (run("1"), run("3"));
+    let key = |r: &Value| {
+        let r = r["records"].as_array().unwrap().clone();
+        r.iter()
+            .map(|x| {
+                (
+                    x["id"].clone(),
+                    x["mode"].clone(),
+                    x["value"].clone(),
+                    x["tokens_generated"].clone(),
+                    x["verdict"].clone(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(key(&serial).len(), 6);
+    assert_eq!(key(&parallel), key(&serial));
+    assert_eq!(parallel["parallel"], 3);
+    assert!(
+        serial["batched_passes"].is_null(),
+        "{}",
+        serial["batched_passes"]
+    );
+    let mean = parallel["mean_batch"].as_f64().unwrap();
+    assert!(mean > 1.0 && mean <= 3.0, "mean batch {mean}");
+}

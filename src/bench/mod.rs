@@ -888,42 +888,33 @@ pub fn run(
                 let _ = s.grammar();
             }
         }
-        let group = formwork_models::group::BatchGroup::new();
-        engine.join_group(&group);
-        let queue = std::sync::Mutex::new(jobs.iter().enumerate());
-        let (tx, rx) = std::sync::mpsc::channel::<(usize, RecordResult)>();
         let mut indexed = Vec::with_capacity(jobs.len());
-        std::thread::scope(|scope| -> anyhow::Result<()> {
-            for i in 0..cfg.parallel.min(jobs.len()) {
-                let mut engine = engine.share();
-                let mut schemas = schemas.clone();
-                let (queue, tx, group, one) = (&queue, tx.clone(), &group, &one);
-                std::thread::Builder::new()
-                    .name(format!("formwork-bench-{i}"))
-                    .spawn_scoped(scope, move || {
-                        let _member = group.join();
-                        loop {
-                            let next = queue.lock().map(|mut q| q.next()).unwrap_or(None);
-                            let Some((idx, job)) = next else { break };
-                            if tx.send((idx, one(&mut engine, &mut schemas, job))).is_err() {
-                                break;
-                            }
-                        }
-                    })
-                    .context("starting a bench worker thread")?;
-            }
-            drop(tx);
-            for (idx, r) in rx {
+        let work = |engine: &mut Engine, schemas: &mut BTreeMap<String, Schema>, job| {
+            one(engine, schemas, job)
+        };
+        let finished = crate::engine::workers::run(
+            engine,
+            &schemas,
+            jobs.iter().collect(),
+            cfg.parallel,
+            "formwork-bench",
+            &|| true,
+            &work,
+            |idx, r: RecordResult| {
                 progress(&r);
                 indexed.push((idx, r));
-            }
-            Ok(())
-        })?;
+                std::ops::ControlFlow::Continue(())
+            },
+        )?;
+        anyhow::ensure!(
+            finished.panicked == 0,
+            "{} bench worker(s) panicked; no report written",
+            finished.panicked
+        );
         // The serial run's order, whatever order the workers finished in.
         indexed.sort_by_key(|(i, _)| *i);
         records.extend(indexed.into_iter().map(|(_, r)| r));
-        let st = group.stats();
-        batching = Some((st.passes, st.mean_batch()));
+        batching = Some((finished.stats.passes, finished.stats.mean_batch()));
     }
     let mut overall = BTreeMap::new();
     let mut per_schema: BTreeMap<String, BTreeMap<String, Summary>> = BTreeMap::new();

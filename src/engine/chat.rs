@@ -313,26 +313,3 @@ fn finish(
         answer.verdict = kind;
     }
 }
-
-impl Engine {
-    /// Another engine on the same weights and token trie, with its own KV state, and
-    /// the same cache of prompt prefixes (a prefix any of them computed, each reuses):
-    /// one per worker thread of a server or a `--parallel` batch.
-    pub fn share(&self) -> Engine {
-        Engine {
-            loaded: self.loaded.share(),
-            trie: self.trie.clone(),
-            prefix: self.prefix.clone(),
-            reuse_prefix: self.reuse_prefix,
-            prefix_tokens_reused: 0,
-        }
-    }
-
-    /// Put this engine's model in `group`: engines shared from it afterwards decode
-    /// together when their threads are members ([`formwork_models::group`]).
-    pub fn join_group(&mut self, group: &std::sync::Arc<formwork_models::group::BatchGroup>) {
-        self.loaded.join_group(group);
-        // Cached prefixes hold models outside the group.
-        self.prefix = Default::default();
-    }
-}
