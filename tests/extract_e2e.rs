@@ -5,7 +5,7 @@
 //! smollm2-135m` / `qwen2.5-coder-0.5b` (scripts/test does).
 
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Output};
 
 use serde_json::Value;
 
@@ -28,19 +28,33 @@ fn examples() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples")
 }
 
+/// `formwork extract --json ARGS --schema examples/SCHEMA --input examples/INPUT`: the
+/// process output and its JSON envelope (a panic naming stderr when it is not JSON).
+fn extract_example(home: &PathBuf, schema: &str, input: &str, args: &[&str]) -> (Output, Value) {
+    let out = formwork(home)
+        .args(["extract", "--json"])
+        .args(args)
+        .arg("--schema")
+        .arg(examples().join(schema))
+        .arg("--input")
+        .arg(examples().join(input))
+        .output()
+        .unwrap();
+    let env = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    (out, env)
+}
+
 #[test]
 fn masked_order_email_is_valid() {
     let Some(home) = home() else { return };
-    let out = formwork(&home)
-        .args(["extract", "--json", "--max-tokens", "160", "--schema"])
-        .arg(examples().join("order_email.schema.json"))
-        .arg("--input")
-        .arg(examples().join("order_email.txt"))
-        .output()
-        .unwrap();
+    let (out, env) = extract_example(
+        &home,
+        "order_email.schema.json",
+        "order_email.txt",
+        &["--max-tokens", "160"],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let env: Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
     assert_eq!(env["verdict"], "valid", "{env}");
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(env["value"]["righe"].is_array(), "{env}");
@@ -54,24 +68,12 @@ fn masked_order_email_is_valid() {
 #[test]
 fn free_mode_counts_its_attempts() {
     let Some(home) = home() else { return };
-    let out = formwork(&home)
-        .args([
-            "extract",
-            "--json",
-            "--mode",
-            "free",
-            "--retries",
-            "1",
-            "--max-tokens",
-            "96",
-            "--schema",
-        ])
-        .arg(examples().join("order_email.schema.json"))
-        .arg("--input")
-        .arg(examples().join("order_email.txt"))
-        .output()
-        .unwrap();
-    let env: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (out, env) = extract_example(
+        &home,
+        "order_email.schema.json",
+        "order_email.txt",
+        &["--mode", "free", "--retries", "1", "--max-tokens", "96"],
+    );
     let attempts = env["attempts"].as_u64().unwrap();
     // A failed first attempt must be retried once with the errors quoted.
     if env["verdict"] == "valid" {
@@ -90,16 +92,12 @@ fn free_mode_counts_its_attempts() {
 #[test]
 fn masked_vacation_request_is_valid() {
     let Some(home) = home() else { return };
-    let out = formwork(&home)
-        .args(["extract", "--json", "--max-tokens", "96", "--schema"])
-        .arg(examples().join("vacation.schema.json"))
-        .arg("--input")
-        .arg(examples().join("vacation_request.txt"))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let env: Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    let (_, env) = extract_example(
+        &home,
+        "vacation.schema.json",
+        "vacation_request.txt",
+        &["--max-tokens", "96"],
+    );
     assert_eq!(env["verdict"], "valid", "{env}");
     let v = &env["value"];
     assert!(
@@ -123,24 +121,12 @@ fn free_mode_vacation_runs_its_retry_path() {
     // One token is too few for any JSON object: every attempt fails as not JSON
     // (or incomplete), so both attempts must be made and counted, and no value
     // may be passed off as a result.
-    let out = formwork(&home)
-        .args([
-            "extract",
-            "--json",
-            "--mode",
-            "free",
-            "--retries",
-            "1",
-            "--max-tokens",
-            "1",
-            "--schema",
-        ])
-        .arg(examples().join("vacation.schema.json"))
-        .arg("--input")
-        .arg(examples().join("vacation_request.txt"))
-        .output()
-        .unwrap();
-    let env: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (out, env) = extract_example(
+        &home,
+        "vacation.schema.json",
+        "vacation_request.txt",
+        &["--mode", "free", "--retries", "1", "--max-tokens", "1"],
+    );
     assert_eq!(env["attempts"], 2, "{env}");
     assert_ne!(env["verdict"], "valid", "{env}");
     assert!(env["value"].is_null(), "{env}");
@@ -154,16 +140,9 @@ fn free_mode_vacation_runs_its_retry_path() {
 fn free_mode_retry_reuses_the_first_prompt_without_changing_the_answer() {
     let Some(home) = home() else { return };
     let run = |extra: &[&str]| -> Value {
-        let out = formwork(&home)
-            .args(["extract", "--json", "--mode", "free", "--retries", "1"])
-            .args(["--max-tokens", "3", "--schema"])
-            .arg(examples().join("vacation.schema.json"))
-            .arg("--input")
-            .arg(examples().join("vacation_request.txt"))
-            .args(extra)
-            .output()
-            .unwrap();
-        serde_json::from_slice(&out.stdout).unwrap()
+        let mut args = vec!["--mode", "free", "--retries", "1", "--max-tokens", "3"];
+        args.extend_from_slice(extra);
+        extract_example(&home, "vacation.schema.json", "vacation_request.txt", &args).1
     };
     let reused = run(&[]);
     let full = run(&["--no-prefix-reuse"]);
