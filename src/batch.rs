@@ -30,7 +30,7 @@ use crate::engine::{workers, Engine, ExtractOptions, Extraction, Schema, Verdict
 mod lines;
 
 use lines::id_key;
-pub use lines::{parse_line, plan, read_lines, Item};
+pub use lines::{line_id, parse_line, plan, read_lines, Item, Key};
 
 pub struct BatchOptions {
     pub input: PathBuf,
@@ -71,8 +71,10 @@ pub struct BatchSummary {
     pub mean_batch: f64,
 }
 
-/// The ids already present in `out`, after removing a trailing partial line.
-pub fn done_ids(out: &Path) -> anyhow::Result<HashSet<String>> {
+/// The keys of the records already in `out` (their ids; the line numbers of error
+/// records whose line had no id, `"id_from_line": true`), after removing a trailing
+/// partial line.
+pub fn done_ids(out: &Path) -> anyhow::Result<HashSet<Key>> {
     let mut ids = HashSet::new();
     let Ok(mut f) = OpenOptions::new().read(true).write(true).open(out) else {
         return Ok(ids);
@@ -89,9 +91,15 @@ pub fn done_ids(out: &Path) -> anyhow::Result<HashSet<String>> {
     }
     for line in buf.split(|&b| b == b'\n') {
         if let Ok(v) = serde_json::from_slice::<Value>(line) {
-            if let Some(id) = v.get("id") {
-                ids.insert(id_key(id));
-            }
+            let from_line = v.get("id_from_line") == Some(&Value::Bool(true));
+            let line = (v.get("id").and_then(Value::as_str))
+                .and_then(|s| s.strip_prefix("line:"))
+                .and_then(|n| n.parse().ok());
+            match (from_line, line, v.get("id")) {
+                (true, Some(n), _) => ids.insert(Key::Line(n)),
+                (_, _, Some(id)) => ids.insert(Key::Id(id_key(id))),
+                _ => false,
+            };
         }
     }
     Ok(ids)
@@ -255,13 +263,23 @@ fn process(
     let (id, text) = match item {
         Item::Done => unreachable!("done items are filtered out"),
         Item::Record { id, text } => (id, text),
-        Item::Error { id, msg, duplicate } => {
+        Item::Error {
+            id,
+            msg,
+            duplicate,
+            from_line,
+        } => {
+            let mut record =
+                json!({"id": id, "verdict": "error", "message": msg, "value": null, "errors": []});
+            if from_line {
+                record["id_from_line"] = json!(true);
+            }
             return Done {
-                record: json!({"id": id, "verdict": "error", "message": msg, "value": null, "errors": []}),
+                record,
                 log: None,
                 verdict: None,
                 duplicate,
-            }
+            };
         }
     };
     let picked;

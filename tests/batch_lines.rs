@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use formwork::batch::{plan, read_lines, Item};
+use formwork::batch::{plan, read_lines, Item, Key};
 use serde_json::json;
 
 fn lines(v: &[&[u8]]) -> Vec<Vec<u8>> {
@@ -30,10 +30,15 @@ fn batch_line_with_invalid_utf8_is_an_error_record_and_the_batch_goes_on() {
     assert_eq!(items.len(), 3, "{items:?}");
     assert_eq!(items[0], record("a", "one"));
     match &items[1] {
-        Item::Error { id, msg, duplicate } => {
+        Item::Error {
+            id,
+            msg,
+            duplicate,
+            from_line,
+        } => {
             assert_eq!(id, &json!("line:2"));
             assert_eq!(msg, "input line 2: not valid UTF-8 (byte 22 of the line)");
-            assert!(!duplicate);
+            assert!(!duplicate && *from_line);
         }
         other => panic!("expected an error record, got {other:?}"),
     }
@@ -59,6 +64,7 @@ fn batch_second_line_with_a_seen_id_is_a_duplicate_id_error() {
             id: json!("a"),
             msg: r#"input line 3: duplicate id "a" (first on line 1)"#.into(),
             duplicate: true,
+            from_line: false,
         }
     );
     assert_eq!(
@@ -67,6 +73,7 @@ fn batch_second_line_with_a_seen_id_is_a_duplicate_id_error() {
             id: json!(7),
             msg: "input line 5: duplicate id 7 (first on line 4)".into(),
             duplicate: true,
+            from_line: false,
         }
     );
     assert!(matches!(items[3], Item::Record { .. }));
@@ -82,7 +89,7 @@ fn batch_resume_skips_only_ids_finished_in_an_earlier_run() {
         br#"{"id":"a","text":"again"}"#,
         b"not json",
     ]);
-    let done: HashSet<String> = ["a".to_string(), "line:5".to_string()].into();
+    let done: HashSet<Key> = [Key::Id("a".into()), Key::Line(5)].into();
     let items = plan(&input, &done);
     assert_eq!(
         items,
@@ -104,5 +111,56 @@ fn batch_input_is_split_into_byte_lines() {
             Vec::new(),
             b"last".to_vec()
         ]
+    );
+}
+
+// Found by the `batch_line` fuzz target (libFuzzer, session 10; corpus
+// `user_id_like_a_line_id`): a malformed line is reported under `line:N`, and a user's
+// own id may read `line:N` too. They were one key, so a user's record `line:5` after a
+// malformed line 5 became a "duplicate id" error and was never extracted, and a resume
+// skipped it. Now a line without an id is known by its number, a line with one by its
+// id, and the two never meet.
+#[test]
+fn a_user_id_that_reads_like_a_line_id_is_its_own_record() {
+    let input = lines(&[
+        b"not json",
+        br#"{"id":"line:1","text":"mine"}"#,
+        br#"{"id":"line:1","text":"mine again"}"#,
+    ]);
+    let items = plan(&input, &HashSet::new());
+    assert!(
+        matches!(&items[0], Item::Error { id, duplicate: false, from_line: true, .. } if id == &json!("line:1")),
+        "{items:?}"
+    );
+    assert_eq!(items[1], record("line:1", "mine"));
+    assert!(
+        matches!(
+            &items[2],
+            Item::Error {
+                duplicate: true,
+                from_line: false,
+                ..
+            }
+        ),
+        "{items:?}"
+    );
+    // Resume: the malformed line's record does not stand for the user's, nor the reverse.
+    let done: HashSet<Key> = [Key::Line(1)].into();
+    let items = plan(&input[..2], &done);
+    assert_eq!(items, vec![Item::Done, record("line:1", "mine")]);
+    let done: HashSet<Key> = [Key::Id("line:1".into())].into();
+    let items = plan(&input[..2], &done);
+    assert!(
+        matches!(
+            &items[..],
+            [
+                Item::Error {
+                    from_line: true,
+                    ..
+                },
+                Item::Done
+            ]
+        ),
+        "{items:?}"
     );
 }

@@ -113,12 +113,14 @@ pub fn batch_line(data: &[u8]) {
             }
         );
         // A line with an id of its own is a duplicate the second time; a line without
-        // one is reported under `line:N`, a different N each time.
+        // one is known by its line number, a different one each time.
         match first {
             Item::Record { .. } => assert!(dup, "{items:?}"),
-            Item::Error { id, .. } => {
-                let fallback = id.as_str().is_some_and(|s| s.starts_with("line:"));
-                assert_eq!(dup, !fallback, "{items:?}");
+            Item::Error { from_line, id, .. } => {
+                assert_eq!(dup, !from_line, "{items:?}");
+                if *from_line {
+                    assert_eq!(id, &formwork::batch::line_id(1), "{items:?}");
+                }
             }
             Item::Done => panic!("nothing is done in an empty output"),
         }

@@ -15,11 +15,27 @@ pub(crate) fn id_key(id: &Value) -> String {
     }
 }
 
-/// A parsed input line (`{id, text}`), or the id to report it under (`line:N` when the
-/// line has none) and why it could not be used. The line is raw bytes: one that is not
-/// UTF-8 is an error like any other malformed line.
-pub fn parse_line(line: &[u8], lineno: usize) -> Result<(Value, String), (Value, String)> {
-    let fallback_id = json!(format!("line:{lineno}"));
+/// What the duplicate check and a resume know a line by: its own `id`, or, for a line
+/// without a usable one, its line number. The two never meet, so no id a user writes
+/// (`"line:5"` included) is taken for a malformed line's.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Key {
+    Id(String),
+    Line(usize),
+}
+
+/// The id of the error record of line `lineno` when it has no usable id of its own
+/// (the record also says `"id_from_line": true`).
+pub fn line_id(lineno: usize) -> Value {
+    json!(format!("line:{lineno}"))
+}
+
+/// A parsed input line (`{id, text}`), or its own id (None when it has no usable one)
+/// and why it could not be used. The line is raw bytes: one that is not UTF-8 is an
+/// error like any other malformed line.
+#[allow(clippy::type_complexity)]
+pub fn parse_line(line: &[u8], lineno: usize) -> Result<(Value, String), (Option<Value>, String)> {
+    let fallback_id = None;
     let line = match std::str::from_utf8(line) {
         Ok(l) => l,
         Err(e) => {
@@ -54,10 +70,13 @@ pub fn parse_line(line: &[u8], lineno: usize) -> Result<(Value, String), (Value,
     match v.get("text") {
         Some(Value::String(t)) => Ok((id, t.clone())),
         Some(_) => Err((
-            id,
+            Some(id),
             format!("input line {lineno}: field `text` must be a string"),
         )),
-        None => Err((id, format!("input line {lineno}: missing field `text`"))),
+        None => Err((
+            Some(id),
+            format!("input line {lineno}: missing field `text`"),
+        )),
     }
 }
 
@@ -88,18 +107,20 @@ pub enum Item {
     /// Extract from `text`.
     Record { id: Value, text: String },
     /// Write an error record: the line is malformed, or (`duplicate`) an earlier line of
-    /// this run had the same id.
+    /// this run had the same id. `from_line`: the line has no usable id, and `id` is
+    /// [`line_id`].
     Error {
         id: Value,
         msg: String,
         duplicate: bool,
+        from_line: bool,
     },
 }
 
 /// The work for `lines` (blank ones left out), given the ids `done` in earlier runs.
 /// Pure: the batch's rules for resume and duplicates, testable without a model.
-pub fn plan(lines: &[Vec<u8>], done: &HashSet<String>) -> Vec<Item> {
-    let mut seen: HashMap<String, usize> = HashMap::new();
+pub fn plan(lines: &[Vec<u8>], done: &HashSet<Key>) -> Vec<Item> {
+    let mut seen: HashMap<Key, usize> = HashMap::new();
     let mut items = Vec::new();
     for (i, line) in lines.iter().enumerate() {
         if line.iter().all(u8::is_ascii_whitespace) {
@@ -107,10 +128,11 @@ pub fn plan(lines: &[Vec<u8>], done: &HashSet<String>) -> Vec<Item> {
         }
         let lineno = i + 1;
         let parsed = parse_line(line, lineno);
-        let id = match &parsed {
-            Ok((id, _)) | Err((id, _)) => id.clone(),
+        let (key, id) = match &parsed {
+            Ok((id, _)) | Err((Some(id), _)) => (Key::Id(id_key(id)), id.clone()),
+            Err((None, _)) => (Key::Line(lineno), line_id(lineno)),
         };
-        let key = id_key(&id);
+        let from_line = matches!(key, Key::Line(_));
         if done.contains(&key) {
             items.push(Item::Done);
             continue;
@@ -120,16 +142,18 @@ pub fn plan(lines: &[Vec<u8>], done: &HashSet<String>) -> Vec<Item> {
                 msg: format!("input line {lineno}: duplicate id {id} (first on line {first})"),
                 id,
                 duplicate: true,
+                from_line,
             });
             continue;
         }
         seen.insert(key, lineno);
         items.push(match parsed {
             Ok((id, text)) => Item::Record { id, text },
-            Err((id, msg)) => Item::Error {
+            Err((_, msg)) => Item::Error {
                 id,
                 msg,
                 duplicate: false,
+                from_line,
             },
         });
     }
