@@ -18,6 +18,24 @@ pub struct ApiError {
     pub retry_after: Option<u64>,
 }
 
+/// `message` on one line: the control characters a client's value may carry into it
+/// (a `role` with a newline, a property name with a tab) written as escapes, `\n`.
+fn one_line(message: String) -> String {
+    if !message.chars().any(char::is_control) {
+        return message;
+    }
+    message
+        .chars()
+        .map(|c| match c {
+            '\n' => "\\n".to_string(),
+            '\r' => "\\r".to_string(),
+            '\t' => "\\t".to_string(),
+            c if c.is_control() => format!("\\u{{{:04x}}}", c as u32),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
 /// Marks a response whose body is already an OpenAI error object, so the error
 /// normaliser in the middleware leaves it alone.
 #[derive(Clone, Copy, Debug)]
@@ -32,7 +50,7 @@ impl ApiError {
     ) -> Self {
         ApiError {
             status,
-            message: message.into(),
+            message: one_line(message.into()),
             kind,
             param: None,
             code: Some(code),

@@ -526,6 +526,18 @@ pub fn responses(body: &[u8]) -> Result<ChatRequest, ApiError> {
 mod tests {
     use super::*;
 
+    // Found by the `serve_request` fuzz target (libFuzzer, session 10; corpus
+    // `role_with_a_newline.json`): an error quoting a client's value carried the
+    // value's newline, so the one-line message was two lines.
+    #[test]
+    fn an_error_quoting_a_value_with_control_characters_is_one_line() {
+        let body = br#"{"model":"m","messages":[{"role":"u\n\t\u0001x","content":"hi"}]}"#;
+        let e = chat(body).unwrap_err();
+        assert_eq!(e.status.as_u16(), 400);
+        assert!(e.message.contains(r"'u\n\t\u{0001}x'"), "{}", e.message);
+        assert!(!e.message.chars().any(char::is_control), "{:?}", e.message);
+    }
+
     #[test]
     fn flat_and_canonical_schema_forms_agree() {
         let canonical = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],
