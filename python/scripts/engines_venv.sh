@@ -39,6 +39,7 @@ rm -f "$target"/wheels/formwork-*.whl
 (cd python && CARGO_TARGET_DIR="$target" nice -n 19 "$home/build/bin/maturin" build --release \
     --compatibility linux -i "$home/build/bin/python" --quiet)
 wheel="$(ls "$target"/wheels/formwork-*.whl)"
+{ git log -1 --format='%H %s' 2>/dev/null; git status --short 2>/dev/null; sha256sum "$wheel"; } >"$logs/commit.txt"
 if ! [ -s "$home/tokenizers/qwen2.5-coder-0.5b.tokenizer.json" ]; then
     CARGO_TARGET_DIR="$target" nice -n 19 cargo run -q --example tokenizer_json -- \
         qwen2.5-coder-0.5b "$home/tokenizers" >/dev/null
