@@ -9,16 +9,21 @@
 factory (``sglang.srt.constrained.base_grammar_backend.register_grammar_backend``).
 SGLang is imported only here, when ``register()`` or the factory runs.
 
-Semantics follow SGLang's llguidance backend: a refused token marks the grammar
-``finished`` (the request stops) instead of raising; EOS is allowed exactly when the
-text is a complete instance; ``is_terminated()`` is true once EOS was accepted. JSON
-Schema only (``json_schema`` requests and ``json_object``); regex, EBNF and structural
-tags are reported unsupported, so SGLang refuses those requests.
+Semantics follow SGLang's xgrammar and llguidance grammars (sglang 0.5.23): a refused
+token raises ``ValueError`` (``formwork.TokenError``, the matcher unchanged), which
+the scheduler turns into an aborted request; a token after the end is ignored; EOS is
+allowed exactly when the text is a complete instance; ``is_terminated()`` is true once
+EOS was accepted, and a rollback over it reopens the grammar. A schema formwork cannot
+enforce gives SGLang's ``InvalidGrammarObject`` with the keyword and its JSON Pointer,
+so the request is aborted with that message. The batch's mask is filled by one
+``formwork.fill_masks`` call (``fill_vocab_mask_batched``). JSON Schema only
+(``json_schema`` requests and ``json_object``); regex, EBNF and structural tags are
+reported unsupported, so SGLang refuses those requests.
 """
 
 import logging
 
-from . import CompileError, Compiler, TokenError, tokenizer_from_transformers
+from . import CompileError, Compiler, tokenizer_from_transformers
 from . import _torch_mask
 
 logger = logging.getLogger(__name__)
@@ -30,7 +35,16 @@ def _build_classes():
     """Defines the two classes on SGLang's base classes (imported here, lazily)."""
     from sglang.srt.constrained import base_grammar_backend as base
 
-    invalid = getattr(base, "INVALID_GRAMMAR_OBJ", None)
+    from . import fill_masks
+
+    invalid_cls = getattr(base, "InvalidGrammarObject", None)
+
+    def invalid(message):
+        # SGLang aborts the request with this message (GrammarManager). Older
+        # SGLang had one shared INVALID_GRAMMAR_OBJ instead of the class.
+        if invalid_cls is not None:
+            return invalid_cls(message)
+        return getattr(base, "INVALID_GRAMMAR_OBJ", None)
 
     class FormworkGrammar(base.BaseGrammarObject):
         def __init__(self, grammar, matcher=None):
@@ -39,13 +53,17 @@ def _build_classes():
             self.matcher = matcher if matcher is not None else grammar.matcher()
 
         def accept_token(self, token: int) -> None:
-            try:
-                self.matcher.commit_tokens([token])
-            except TokenError as e:
-                logger.warning("formwork: %s", e)
-                self.finished = True
+            # As SGLang's xgrammar and llguidance grammars: a token after the end is
+            # ignored, a refused token raises ValueError (TokenError is one; the
+            # matcher is unchanged) and the scheduler aborts the request.
+            if self.matcher.is_terminated():
+                return
+            self.matcher.commit_tokens([token])
 
         def rollback(self, k: int):
+            if k <= 0:
+                return
+            # An EOS was committed like any token, so it is rolled back like one.
             self.matcher.rollback(k)
             self.finished = False
 
@@ -53,12 +71,27 @@ def _build_classes():
             return self.matcher.is_terminated()
 
         def allocate_vocab_mask(self, vocab_size: int, batch_size: int, device):
-            return _torch_mask.allocate(batch_size, vocab_size)
+            # The width is the tokenizer's (the model's vocabulary, padding included),
+            # as llguidance's: formwork checks it on every fill.
+            return _torch_mask.allocate(batch_size, self.grammar.vocab_size)
 
         def fill_vocab_mask(self, vocab_mask, idx: int) -> None:
-            if self.matcher.is_terminated():
-                self.finished = True
             self.matcher.fill_mask(vocab_mask, idx)
+
+        @staticmethod
+        def fill_vocab_mask_batched(entries, vocab_mask) -> None:
+            """One ``formwork.fill_masks`` call for the batch (rayon, GIL released)
+            when every row is formwork's; else row by row, as SGLang's default."""
+            if all(isinstance(e.grammar, FormworkGrammar) for e in entries):
+                if entries:
+                    fill_masks([(e.grammar.matcher, e.row) for e in entries], vocab_mask)
+                return
+            for e in entries:
+                e.grammar.fill_vocab_mask(vocab_mask, e.row)
+
+        @staticmethod
+        def reset_vocab_mask(vocab_mask) -> None:
+            vocab_mask.fill_(-1)
 
         @staticmethod
         def move_vocab_mask(vocab_mask, device):
@@ -69,6 +102,8 @@ def _build_classes():
             _torch_mask.apply_inplace(logits, vocab_mask)
 
         def copy(self):
+            # SGLang caches a pristine grammar and copies it per request: a fresh
+            # matcher on the same compiled grammar (no recompile).
             return FormworkGrammar(self.grammar)
 
         def try_jump_forward(self, tokenizer):
@@ -101,7 +136,7 @@ def _build_classes():
                     "formwork: schema refused: %s (keyword %s at %r)",
                     e, e.keyword, e.pointer,
                 )
-                return invalid
+                return invalid(f"formwork: {e}")
 
         def dispatch_json(self, key_string: str):
             if key_string.strip() == "$$ANY$$":  # SGLang's json_object request

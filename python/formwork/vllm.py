@@ -9,11 +9,19 @@ python/README.md). Until then the backend is assigned to the manager directly:
     manager = StructuredOutputManager(vllm_config)
     manager.backend = FormworkBackend(vllm_config, tokenizer=tok, vocab_size=vocab)
 
-Semantics follow vLLM's llguidance backend: EOS among accepted tokens terminates the
-request, and a rollback over the EOS (speculative decoding) reopens it; validate_tokens
-changes nothing; JSON Schema and ``json_object`` only (other request types raise
-ValueError, which vLLM reports for that request). vLLM is imported only when the
-classes are first used.
+The manager also needs the request's ``structured_outputs._backend`` set (to any name,
+e.g. ``"formwork"``), as vLLM's processor does when it validates the request.
+
+Semantics (checked against vLLM 0.33.0's manager, python/tests/test_engines.py): an EOS
+among accepted tokens terminates the grammar and later tokens are ignored, as with
+xgrammar; a refused token makes ``accept_tokens`` return False with the matcher
+unchanged; a rollback over the EOS (speculative decoding) reopens the grammar;
+``validate_tokens`` changes nothing and stops at the first padding id (-1). JSON
+Schema and ``json_object`` only (other request types raise ValueError, which vLLM
+reports for that request); formwork's compact whitespace, whatever
+``disable_any_whitespace`` says. The request's extra ``stop_token_ids`` are not
+allowed by the grammar (as with llguidance): the tokenizer's EOS ends the text. vLLM
+is imported only when the classes are first used.
 """
 
 from dataclasses import dataclass, field
@@ -22,6 +30,15 @@ from . import Compiler, TokenError, tokenizer_from_transformers
 from . import _torch_mask
 
 _classes = None
+
+
+def strip_padding(tokens):
+    """Speculative padding (-1) ends the tokens, as vLLM's
+    ``strip_speculative_padding``: everything from the first negative id is dropped."""
+    for i, t in enumerate(tokens):
+        if t < 0:
+            return tokens[:i]
+    return tokens
 
 
 def _build_classes():
@@ -35,46 +52,43 @@ def _build_classes():
     class FormworkGrammar(StructuredOutputGrammar):
         matcher: object
         eos_ids: frozenset
-        terminated: bool = False
-        rollback_lag: int = 0
 
         def accept_tokens(self, request_id: str, tokens: list) -> bool:
-            if any(t in self.eos_ids for t in tokens):
-                if self.matcher.is_terminated() and not self.terminated:
-                    self.rollback_lag = 1
-                self.terminated = True
+            # As vLLM's xgrammar grammar: tokens after the end are ignored (also
+            # those after an EOS in this list); a refused token returns False and
+            # leaves the matcher as it was (the scheduler then ends the request).
             if self.matcher.is_terminated():
                 return True
+            for i, t in enumerate(tokens):
+                if t in self.eos_ids:
+                    tokens = tokens[: i + 1]
+                    break
             try:
-                self.matcher.commit_tokens(tokens)
+                self.matcher.commit_tokens(list(tokens))
             except TokenError:
                 return False
             return True
 
         def validate_tokens(self, tokens: list) -> list:
-            # Speculative padding (-1) at the end is not a token.
-            while tokens and tokens[-1] < 0:
-                tokens = tokens[:-1]
+            tokens = strip_padding(tokens)
             if not tokens or self.matcher.is_terminated():
                 return []
             return tokens[: self.matcher.validate_tokens(tokens)]
 
         def rollback(self, num_tokens: int) -> None:
+            # An EOS is committed like any other token, so rolling back over it
+            # reopens the grammar without the lag llguidance needs.
             if num_tokens > 0:
-                self.matcher.rollback(num_tokens - self.rollback_lag)
-                self.terminated = False
-                self.rollback_lag = 0
+                self.matcher.rollback(num_tokens)
 
         def fill_bitmask(self, bitmask, idx: int) -> None:
             self.matcher.fill_mask(bitmask, idx)
 
         def is_terminated(self) -> bool:
-            return self.terminated
+            return self.matcher.is_terminated()
 
         def reset(self):
             self.matcher.reset()
-            self.terminated = False
-            self.rollback_lag = 0
 
         def find_jump_string(self):
             forced = self.matcher.forced_bytes()
@@ -101,8 +115,7 @@ def _build_classes():
                     f"formwork enforces JSON Schema only, not {request_type.name}"
                 )
             return FormworkGrammar(
-                matcher=grammar.matcher(),
-                eos_ids=frozenset(self.fw_tokenizer.eos_ids),
+                matcher=grammar.matcher(), eos_ids=frozenset(self.fw_tokenizer.eos_ids)
             )
 
         def allocate_token_bitmask(self, max_num_seqs: int):

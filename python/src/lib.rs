@@ -13,16 +13,16 @@
 mod hf;
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use formwork_grammar::compile::{self, CompileError as CoreCompileError, Config, Whitespace};
 use formwork_grammar::{
     CommitError, Grammar as CoreGrammar, Matcher as CoreMatcher, TokTrie, TokenSet,
 };
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
-use rayon::prelude::*;
 
 pyo3::create_exception!(
     _formwork,
@@ -742,6 +742,49 @@ impl Matcher {
 
 // ---------------------------------------------------------------- batched fill
 
+/// One batched fill, shared by the calling thread and rayon's workers. Each takes the
+/// next row from `next` until none is left; the caller fills rows too and returns once
+/// every row is `done`. So the call never waits for a worker to wake up (on a loaded
+/// machine that took milliseconds, longer than 256 warm rows take on one thread), and
+/// a worker that wakes after the last row was taken finds nothing to do and never
+/// touches the caller's buffer.
+struct Batch {
+    jobs: Vec<(Arc<Mutex<CoreMatcher>>, usize)>,
+    addr: usize,
+    words: usize,
+    next: AtomicUsize,
+    done: AtomicUsize,
+    panicked: AtomicBool,
+}
+
+impl Batch {
+    fn work(&self) {
+        let mut set: Option<TokenSet> = None;
+        loop {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            let Some((m, row)) = self.jobs.get(i) else {
+                return;
+            };
+            let fill = std::panic::AssertUnwindSafe(|| {
+                let mut m = lock(m);
+                let n = m.trie().vocab_size();
+                let set = match &mut set {
+                    Some(s) if s.len() == n => s,
+                    _ => set.insert(TokenSet::new(n)),
+                };
+                // SAFETY: rows are distinct and inside the caller's array, which stays
+                // alive until every row is done (`fill_masks` waits for that).
+                unsafe { fill_at(&mut m, set, self.addr + row * self.words * 4, self.words) };
+            });
+            if std::panic::catch_unwind(fill).is_err() {
+                self.panicked.store(true, Ordering::Relaxed);
+            }
+            // Release: the row's words are written before it counts as done.
+            self.done.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
 /// Fills many rows in one call, in parallel (rayon), with the GIL released. `rows`: a
 /// list of `(matcher, row)` pairs, or of matchers (row = position in the list). Each row
 /// at most once.
@@ -782,23 +825,38 @@ fn fill_masks(py: Python<'_>, rows: &Bound<'_, PyAny>, bitmask: &Bound<'_, PyAny
         }
         check_words(&t, lock(m).trie())?;
     }
-    let (addr, words) = (t.addr, t.words);
-    py.detach(|| {
-        jobs.par_iter().for_each_init(
-            || None::<TokenSet>,
-            |set, (m, row)| {
-                let mut m = lock(m);
-                let n = m.trie().vocab_size();
-                let set = match set {
-                    Some(s) if s.len() == n => s,
-                    _ => set.insert(TokenSet::new(n)),
-                };
-                // SAFETY: rows are distinct and inside the caller's array, which
-                // `bitmask` keeps alive for the call.
-                unsafe { fill_at(&mut m, set, addr + row * words * 4, words) };
-            },
-        );
+    let n = jobs.len();
+    let batch = Arc::new(Batch {
+        jobs,
+        addr: t.addr,
+        words: t.words,
+        next: AtomicUsize::new(0),
+        done: AtomicUsize::new(0),
+        panicked: AtomicBool::new(false),
     });
+    py.detach(|| {
+        for _ in 0..rayon::current_num_threads().min(n.saturating_sub(1)) {
+            let b = batch.clone();
+            rayon::spawn(move || b.work());
+        }
+        batch.work();
+        // Rows a worker took are still being filled: wait for them (at most one row a
+        // worker), never for a worker that has not started.
+        let mut spins = 0u32;
+        while batch.done.load(Ordering::Acquire) < n {
+            if spins < 64 {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    });
+    if batch.panicked.load(Ordering::Relaxed) {
+        return Err(PyRuntimeError::new_err(
+            "formwork: a mask fill panicked (a bug); the rows are not filled",
+        ));
+    }
     Ok(())
 }
 
