@@ -23,7 +23,7 @@ pub struct Loaded {
 }
 
 /// How `pick` chooses K examples.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Pick {
     /// The K examples most similar to the document (BM25 over lowercase words).

@@ -7,9 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 
 use crate::bench::{self, BenchConfig, BenchMode};
-use crate::engine::prompt::PromptStyle;
 use crate::engine::{Engine, ExtractOptions};
-use crate::examples::Pick;
 use crate::sampling::Sampling;
 
 #[derive(clap::Args, Debug)]
@@ -50,7 +48,7 @@ pub struct BenchArgs {
     pub report: Option<PathBuf>,
     /// How the schema is shown to the model (the mask enforces the JSON Schema either way).
     #[arg(long, value_enum, default_value = "outline")]
-    pub prompt: PromptStyle,
+    pub prompt: super::PromptArg,
     /// Worked examples, JSONL: `{text, expected}` or dataset lines (a line whose
     /// `schema` differs from a record's schema is not used for it). Each is checked
     /// against the schema when loaded. The record being measured is never picked.
@@ -61,7 +59,7 @@ pub struct BenchArgs {
     pub shots: usize,
     /// How the examples are picked: bm25 (most similar to the record) or first.
     #[arg(long, value_enum, default_value = "bm25")]
-    pub pick: Pick,
+    pub pick: super::PickArg,
     /// Decode B records together: B worker threads whose forward passes run as one
     /// batched pass. The answers do not depend on B (a sequence's logits in a batch
     /// equal its logits alone); the report gives records/minute.
@@ -201,7 +199,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
             retries: a.retries,
             sampling: Sampling::from_args(a.temperature, None),
             seed: a.seed,
-            prompt: a.prompt,
+            prompt: a.prompt.into(),
             null_lookahead: a.null_lookahead,
             null_bias: a.null_bias,
             grounded: a.grounded,
@@ -210,7 +208,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
         exact_strings: a.exact_strings,
         examples: a.examples.clone(),
         shots: a.shots,
-        pick: a.pick,
+        pick: a.pick.into(),
         parallel: a.parallel as usize,
         dataset_name: dataset
             .file_name()

@@ -11,9 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::batch::{self, BatchOptions};
-use crate::engine::prompt::PromptStyle;
 use crate::engine::{Engine, ExtractOptions, Mode, Schema, VerdictKind};
-use crate::examples::Pick;
 use crate::sampling::Sampling;
 
 #[derive(clap::Args, Debug)]
@@ -40,7 +38,7 @@ pub struct ExtractArgs {
     #[arg(long, default_value = "auto")]
     pub device: String,
     #[arg(long, value_enum, default_value = "masked")]
-    pub mode: Mode,
+    pub mode: super::ModeArg,
     /// Token budget for the answer (masked mode steers to a valid ending within it).
     #[arg(long, default_value_t = 512)]
     pub max_tokens: usize,
@@ -104,7 +102,7 @@ pub struct ExtractArgs {
     pub quiet: bool,
     /// How the schema is shown to the model (the mask enforces the JSON Schema either way).
     #[arg(long, value_enum, default_value = "outline")]
-    pub prompt: PromptStyle,
+    pub prompt: super::PromptArg,
     /// Worked examples, JSONL: `{text, expected}` per line (or dataset lines; a line
     /// whose `schema` differs from --schema is skipped). Each `expected` is checked
     /// against the schema; a bad one is an error naming its line. They are shown as
@@ -116,7 +114,7 @@ pub struct ExtractArgs {
     pub shots: Option<usize>,
     /// bm25: the K most similar to the document; first: the first K of the file.
     #[arg(long, value_enum, default_value = "bm25")]
-    pub pick: Pick,
+    pub pick: super::PickArg,
     /// Mark every nullable free-text string of the schema as a span of the document
     /// (`x-formwork-source`, docs/source.md): `substring` (the default) or `words`.
     #[arg(long, value_name = "MODE", num_args = 0..=1, require_equals = true,
@@ -162,7 +160,7 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
     let mut schema = Schema::new(schema_value)
         .with_context(|| format!("schema {}", a.schema.display()))?
         .with_config(config);
-    if a.mode == Mode::Masked {
+    if Mode::from(a.mode) == Mode::Masked {
         // Fail before loading the model when the grammar cannot enforce the schema.
         schema
             .grammar()
@@ -199,7 +197,7 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let opts = ExtractOptions {
-        mode: a.mode,
+        mode: a.mode.into(),
         max_tokens: a.max_tokens,
         retries: a.retries,
         sampling: Sampling::from_args(a.temperature, a.top_p),
@@ -212,13 +210,13 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
         null_bias: a.null_bias,
         grounded: a.grounded,
         review_fields: a.review_fields.clone(),
-        prompt: a.prompt,
+        prompt: a.prompt.into(),
         examples: Vec::new(),
     };
 
     if let Some(doc) = document {
         let opts = ExtractOptions {
-            examples: crate::examples::pick(&pool, &doc, None, shots, a.pick),
+            examples: crate::examples::pick(&pool, &doc, None, shots, a.pick.into()),
             ..opts
         };
         let ex = engine.extract(&mut schema, &doc, &opts);
@@ -270,7 +268,7 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
         progress: !a.quiet,
         examples: pool,
         shots,
-        pick: a.pick,
+        pick: a.pick.into(),
         parallel: a.parallel as usize,
     };
     engine.reuse_prefix = !a.no_prefix_reuse;

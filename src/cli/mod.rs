@@ -25,6 +25,49 @@ pub fn parse_nats(s: &str) -> Result<f32, String> {
     }
 }
 
+/// clap's view of an engine enum, so that only this module knows clap: a `ValueEnum`
+/// with the same variants (their doc comments are the `--help` text) and `From` into
+/// the engine's type.
+macro_rules! cli_enum {
+    ($(#[$doc:meta])* $arg:ident => $ty:ty { $($(#[$m:meta])* $v:ident),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+        pub enum $arg {
+            $($(#[$m])* $v),+
+        }
+        impl From<$arg> for $ty {
+            fn from(a: $arg) -> $ty {
+                match a {
+                    $($arg::$v => <$ty>::$v),+
+                }
+            }
+        }
+    };
+}
+
+cli_enum!(
+    /// `--mode`: masked (the default) or free decoding.
+    ModeArg => crate::engine::Mode { Masked, Free }
+);
+cli_enum!(
+    /// `--prompt`: how the system message presents the schema.
+    PromptArg => crate::engine::prompt::PromptStyle {
+        /// One line per field: type, allowed values, nullability, description.
+        Outline,
+        /// The raw JSON Schema text.
+        JsonSchema,
+    }
+);
+cli_enum!(
+    /// `--pick`: how K worked examples are chosen.
+    PickArg => crate::examples::Pick {
+        /// The K examples most similar to the document (BM25 over lowercase words).
+        Bm25,
+        /// The first K examples of the file, the same for every document.
+        First,
+    }
+);
+
 pub fn parse_source_mode(s: &str) -> Result<formwork_grammar::source::SourceMode, String> {
     formwork_grammar::source::SourceMode::parse(s)
         .ok_or_else(|| format!("{s:?} is not `substring` or `words`"))

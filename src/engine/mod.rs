@@ -36,7 +36,7 @@ use crate::validate::{render_pydantic, LineError, Validator, Verdict};
 use decode::{decode_free, decode_masked, DecodeOptions, DecodeOutput, Stop};
 
 /// Masked (the default) or free decoding.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     Masked,

@@ -8,7 +8,7 @@ use formwork_models::tokenizer::GgufTokenizer;
 
 /// How the system message presents the schema to the model. The mask always enforces
 /// the exact JSON Schema; this only changes what the model reads.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PromptStyle {
     /// One line per field: type, allowed values, nullability, description (the default:
