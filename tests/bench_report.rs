@@ -18,6 +18,16 @@ fn home() -> Option<PathBuf> {
     common::home_with_smollm2()
 }
 
+/// `formwork bench` on the small model, with the test environment.
+fn bench(home: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_formwork"));
+    c.env("FORMWORK_HOME", home)
+        .env("FORMWORK_MODEL", "smollm2-135m")
+        .env("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0")
+        .arg("bench");
+    c
+}
+
 fn chromium() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("FORMWORK_CHROMIUM") {
         return Some(PathBuf::from(p));
@@ -74,12 +84,8 @@ fn bench_report_renders_in_a_browser() {
     let dir = std::env::temp_dir().join(format!("formwork-bench-report-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let dataset = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/snips_sample.jsonl");
-    let out = Command::new(env!("CARGO_BIN_EXE_formwork"))
-        .env("FORMWORK_HOME", &home)
-        .env("FORMWORK_MODEL", "smollm2-135m")
-        .env("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0")
+    let out = bench(&home)
         .args([
-            "bench",
             "--modes",
             "masked,free",
             "--retries",
@@ -202,11 +208,8 @@ fn parallel_bench_reports_what_a_serial_bench_reports() {
             std::process::id()
         ));
         let _ = std::fs::remove_dir_all(&dir);
-        let out = Command::new(env!("CARGO_BIN_EXE_formwork"))
-            .env("FORMWORK_HOME", &home)
-            .env("FORMWORK_MODEL", "smollm2-135m")
-            .env("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0")
-            .args(["bench", "--modes", "masked,free", "--max-tokens", "96"])
+        let out = bench(&home)
+            .args(["--modes", "masked,free", "--max-tokens", "96"])
             .args(["--parallel", parallel])
             .arg("--dataset")
             .arg(&dataset)
