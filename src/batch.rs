@@ -29,7 +29,6 @@ use crate::engine::{workers, Engine, ExtractOptions, Extraction, Schema, Verdict
 
 mod lines;
 
-use lines::id_key;
 pub use lines::{line_id, parse_line, plan, read_lines, Item, Key};
 
 pub struct BatchOptions {
@@ -90,16 +89,11 @@ pub fn done_ids(out: &Path) -> anyhow::Result<HashSet<Key>> {
         buf.truncate(keep);
     }
     for line in buf.split(|&b| b == b'\n') {
-        if let Ok(v) = serde_json::from_slice::<Value>(line) {
-            let from_line = v.get("id_from_line") == Some(&Value::Bool(true));
-            let line = (v.get("id").and_then(Value::as_str))
-                .and_then(|s| s.strip_prefix("line:"))
-                .and_then(|n| n.parse().ok());
-            match (from_line, line, v.get("id")) {
-                (true, Some(n), _) => ids.insert(Key::Line(n)),
-                (_, _, Some(id)) => ids.insert(Key::Id(id_key(id))),
-                _ => false,
-            };
+        if let Some(key) = serde_json::from_slice::<Value>(line)
+            .ok()
+            .and_then(|v| Key::of_record(&v))
+        {
+            ids.insert(key);
         }
     }
     Ok(ids)
@@ -323,7 +317,7 @@ fn process(
 /// rerun resumes where it stopped.
 #[allow(clippy::too_many_arguments)]
 fn run_parallel(
-    engine: &mut Engine,
+    engine: &Engine,
     schema: &mut Schema,
     opts: &ExtractOptions,
     bopts: &BatchOptions,
@@ -369,18 +363,13 @@ fn run_parallel(
             }
             next += 1;
         }
-        if failed.is_some() {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue(())
-        }
+        ControlFlow::Continue(())
     };
-    let threads = bopts.parallel;
     let run = workers::run(
         engine,
         schema,
         todo,
-        threads,
+        bopts.parallel,
         "formwork-batch",
         &go_on,
         &work,

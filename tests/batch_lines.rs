@@ -164,3 +164,20 @@ fn a_user_id_that_reads_like_a_line_id_is_its_own_record() {
         "{items:?}"
     );
 }
+
+// A resume reads the output's records back into keys: an error record whose line had
+// no id by its line number, any other record by its id (`line:N` included).
+#[test]
+fn output_records_are_read_back_into_their_keys() {
+    let key = |v: serde_json::Value| Key::of_record(&v);
+    assert_eq!(
+        key(json!({"id": "line:4", "id_from_line": true, "verdict": "error"})),
+        Some(Key::Line(4))
+    );
+    assert_eq!(
+        key(json!({"id": "line:4", "verdict": "valid"})),
+        Some(Key::Id("line:4".into()))
+    );
+    assert_eq!(key(json!({"id": 7})), Some(Key::Id("7".into())));
+    assert_eq!(key(json!({"verdict": "error"})), None);
+}

@@ -8,7 +8,7 @@ use std::io::BufRead;
 
 use serde_json::{json, Value};
 
-pub(crate) fn id_key(id: &Value) -> String {
+fn id_key(id: &Value) -> String {
     match id {
         Value::String(s) => s.clone(),
         other => other.to_string(),
@@ -30,17 +30,29 @@ pub fn line_id(lineno: usize) -> Value {
     json!(format!("line:{lineno}"))
 }
 
+impl Key {
+    /// The key of a record already in the output: [`Key::Line`] for an error record
+    /// whose line had no id (`"id_from_line": true`, its id [`line_id`]), else its id.
+    /// None for a line without an id.
+    pub fn of_record(record: &Value) -> Option<Key> {
+        let id = record.get("id")?;
+        let line = (record.get("id_from_line") == Some(&Value::Bool(true)))
+            .then(|| id.as_str()?.strip_prefix("line:")?.parse().ok())
+            .flatten();
+        Some(line.map_or_else(|| Key::Id(id_key(id)), Key::Line))
+    }
+}
+
 /// A parsed input line (`{id, text}`), or its own id (None when it has no usable one)
 /// and why it could not be used. The line is raw bytes: one that is not UTF-8 is an
 /// error like any other malformed line.
 #[allow(clippy::type_complexity)]
 pub fn parse_line(line: &[u8], lineno: usize) -> Result<(Value, String), (Option<Value>, String)> {
-    let fallback_id = None;
     let line = match std::str::from_utf8(line) {
         Ok(l) => l,
         Err(e) => {
             return Err((
-                fallback_id,
+                None,
                 format!(
                     "input line {lineno}: not valid UTF-8 (byte {} of the line)",
                     e.valid_up_to() + 1
@@ -50,22 +62,17 @@ pub fn parse_line(line: &[u8], lineno: usize) -> Result<(Value, String), (Option
     };
     let v: Value = match serde_json::from_str(line) {
         Ok(v) => v,
-        Err(e) => return Err((fallback_id, format!("input line {lineno}: not JSON: {e}"))),
+        Err(e) => return Err((None, format!("input line {lineno}: not JSON: {e}"))),
     };
     let id = match v.get("id") {
         Some(id @ (Value::String(_) | Value::Number(_))) => id.clone(),
         Some(_) => {
             return Err((
-                fallback_id,
+                None,
                 format!("input line {lineno}: field `id` must be a string or a number"),
             ))
         }
-        None => {
-            return Err((
-                fallback_id,
-                format!("input line {lineno}: missing field `id`"),
-            ))
-        }
+        None => return Err((None, format!("input line {lineno}: missing field `id`"))),
     };
     match v.get("text") {
         Some(Value::String(t)) => Ok((id, t.clone())),
