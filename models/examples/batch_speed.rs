@@ -4,25 +4,39 @@
 //! cache, then take STEPS decode steps together: one `runtime::forward_batch` per step
 //! with one new token per sequence. Prints ms per pass and tokens/s for each B.
 //!
-//!     cargo run --release -p formwork-models --example batch_speed -- smollm2-135m
+//!     cargo run --release -p formwork-models --example batch_speed -- smollm2-135m [auto|formwork|candle] [B...]
+//!
+//! The second argument picks the model file (`runtime::Backend`, default auto), so the
+//! CPU file and candle's can be compared in one run; the rest are the batch sizes
+//! (default 1 2 4 8 16).
 //!
 //! Threads: `CANDLE_NUM_THREADS` (default: the physical cores).
 
 use std::time::Instant;
 
 use formwork_models::runtime::{
-    forward_batch, load_with, DeviceChoice, LanguageModel, LoadOptions,
+    forward_batch, load_with, Backend, DeviceChoice, LanguageModel, LoadOptions,
 };
 
 const STEPS: usize = 32;
 
 fn main() {
-    let name = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "smollm2-135m".into());
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let name = args.first().cloned().unwrap_or_else(|| "smollm2-135m".into());
+    let backend = match args.get(1).map(String::as_str) {
+        None | Some("auto") => Backend::Auto,
+        Some("formwork") => Backend::Formwork,
+        Some("candle") => Backend::Candle,
+        Some(other) => panic!("backend `{other}`: expected auto, formwork or candle"),
+    };
+    let sizes: Vec<usize> = match args.get(2..) {
+        Some(b) if !b.is_empty() => b.iter().map(|s| s.parse().expect("a batch size")).collect(),
+        _ => vec![1, 2, 4, 8, 16],
+    };
     std::env::set_var("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0");
     let options = LoadOptions {
         device: DeviceChoice::Cpu,
+        backend,
         ..LoadOptions::default()
     };
     let m = load_with(&name, options).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -30,10 +44,10 @@ fn main() {
         .tokenizer
         .encode("<|im_start|>user\nTell me a long story about a dragon and a knight.<|im_end|>\n<|im_start|>assistant\n")
         .expect("encode");
-    println!("| model | B | ms per pass | tokens/s | × B=1 |");
-    println!("|---|---|---|---|---|");
+    println!("| model | file | B | ms per pass | tokens/s | × B=1 |");
+    println!("|---|---|---|---|---|---|");
     let mut base = 0.0;
-    for b in [1usize, 2, 4, 8, 16] {
+    for b in sizes {
         let mut models: Vec<Box<dyn LanguageModel>> = (0..b)
             .map(|_| {
                 let mut s = m.model.snapshot();
@@ -55,7 +69,7 @@ fn main() {
             base = tps;
         }
         println!(
-            "| {name} | {b} | {:.1} | {tps:.0} | {:.2} |",
+            "| {name} | {backend:?} | {b} | {:.1} | {tps:.0} | {:.2} |",
             secs * 1000.0 / STEPS as f64,
             tps / base
         );

@@ -1,31 +1,42 @@
-//! Llama (SmolLM2 and kin) and Qwen2 from a GGUF file on the CPU, in candle's model-file
-//! shape: a `Config` read from the `llama.*` or `qwen2.*` metadata,
-//! `ModelWeights::from_gguf`, `forward(input, index_pos)` and `clear_kv_cache()`.
+//! Llama (SmolLM2 and kin), Qwen2 and Gemma 3 from a GGUF file on the CPU, in candle's
+//! model-file shape: a `Config` read from the `llama.*`, `qwen2.*` or `gemma3.*`
+//! metadata, `ModelWeights::from_gguf`, `forward(input, index_pos)` and
+//! `clear_kv_cache()`.
 //!
 //! formwork carries its own file for speed on the CPU; `candle_transformers`'
-//! `quantized_llama` and formwork's candle-tensor `qwen2.rs` stay the paths on GPUs and
-//! where this one does not apply (see [`crate::runtime::Backend`]). Two things cost
-//! those paths time on the CPU:
+//! `quantized_llama` and formwork's candle-tensor `qwen2.rs` and `gemma3.rs` stay the
+//! paths on GPUs and where this one does not apply (see [`crate::runtime::Backend`]). Two
+//! things cost those paths time on the CPU:
 //! - candle has no SIMD kernel for Q4_1 or Q5_0, so the runtime requantises them to Q8_0
 //!   (SmolLM2 Q4_1 moved 145 MB of weights per token where the file holds 85 MB; Qwen2.5's
-//!   133 Q5_0 tensors likewise). Here Q4_1, Q5_0, Q8_0, Q4_K and Q6_K tensors keep their
-//!   file bytes and run through [`crate::quant`] (AVX2 / AVX-512 VNNI, detected at run
-//!   time); other types go through candle's `QMatMul`.
+//!   133 Q5_0 tensors and Gemma 3's 81 likewise). Here Q4_1, Q5_0, Q8_0, Q4_K and Q6_K
+//!   tensors keep their file bytes and run through [`crate::quant`] (AVX2 / AVX-512 VNNI,
+//!   detected at run time); other types go through candle's `QMatMul`.
 //! - their KV cache grows by `Tensor::cat`, copying the whole cache of every layer at
 //!   every token. Here each layer's cache is a `Vec<f32>` that grows in place.
 //!
-//! One layer, as llama.cpp computes it (`llm_build_llama`, `llm_build_qwen2`):
+//! One layer, as llama.cpp computes it (`llm_build_llama`, `llm_build_qwen2`,
+//! `llm_build_gemma3`):
 //!
 //! ```text
-//! x = embed(ids)
+//! x = embed(ids) * embed_scale                      (Gemma 3: sqrt(embedding_length); else 1)
 //! per layer:  h = rms(x, attn_norm)
 //!             q, k, v = h Wq (+ bq), h Wk (+ bk), h Wv (+ bv)   (biases: Qwen2; GQA: n_kv_head <= n_head)
+//!             q, k = rms(q, q_norm), rms(k, k_norm) per head   (Gemma 3 only)
 //!             q, k = RoPE, base {arch}.rope.freq_base: interleaved pairs (2i, 2i + 1) for
-//!                    llama, NeoX halves (i, i + head_dim / 2) for Qwen2
-//!             x = x + softmax(q k^T / sqrt(head_dim) + causal mask) v Wo
-//!             h = rms(x, ffn_norm);  x = x + (silu(h Wgate) * h Wup) Wdown
+//!                    llama, NeoX halves (i, i + head_dim / 2) for Qwen2 and Gemma 3
+//!             a = softmax(q k^T * attn_scale + causal mask) v Wo
+//!             x = x + a                      (Gemma 3: x + rms(a, post_attention_norm))
+//!             h = rms(x, ffn_norm);  f = (act(h Wgate) * h Wup) Wdown   (act: SiLU; Gemma 3: GELU-tanh)
+//!             x = x + f                      (Gemma 3: x + rms(f, post_ffw_norm))
 //! logits = rms(x_last, output_norm) Wout     (Wout = output.weight, or token_embd.weight when tied)
 //! ```
+//!
+//! Gemma 3's local layers (five of every six) see only the last `sliding_window`
+//! positions and rotate with their own RoPE base (10,000; the global layers use
+//! `gemma3.rope.freq_base`). The cache keeps every position; a local layer's attention
+//! starts `sliding_window` positions back. Gemma's norm weights are used as stored:
+//! llama.cpp's converter already adds the `1 +` of its RMSNorm into the GGUF tensors.
 //!
 //! Activations are f32; each matmul quantises its input to 8 bits per block of 32, as
 //! llama.cpp and candle's quantized matmuls do. Every token's arithmetic is the same
@@ -49,6 +60,7 @@ use crate::quant::{attn_mix, attn_scores, Format, Isa, Q8Acts, QMatrix};
 pub enum Arch {
     Llama,
     Qwen2,
+    Gemma3,
 }
 
 impl Arch {
@@ -57,23 +69,38 @@ impl Arch {
         match self {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
+            Arch::Gemma3 => "gemma3",
         }
     }
 
     fn from_name(name: &str) -> Option<Self> {
-        [Arch::Llama, Arch::Qwen2]
+        [Arch::Llama, Arch::Qwen2, Arch::Gemma3]
             .into_iter()
             .find(|a| a.name() == name)
     }
 
     /// How RoPE pairs a head's values: the GGUF converter permutes llama's Wq and Wk for
-    /// interleaved pairs, and leaves Qwen2's in the NeoX order (llama.cpp's `rope_type`).
+    /// interleaved pairs, and leaves Qwen2's and Gemma 3's in the NeoX order (llama.cpp's
+    /// `rope_type`).
     pub fn rope(self) -> RopeStyle {
         match self {
             Arch::Llama => RopeStyle::Interleaved,
-            Arch::Qwen2 => RopeStyle::Neox,
+            Arch::Qwen2 | Arch::Gemma3 => RopeStyle::Neox,
         }
     }
+}
+
+/// Gemma 3's local layers: they attend to the last `window` positions (themselves
+/// included) and rotate with their own RoPE base; every `pattern`-th layer is global.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sliding {
+    /// `gemma3.attention.sliding_window`.
+    pub window: usize,
+    /// `gemma3.attention.sliding_window_pattern`, else 6 (llama.cpp fixes it for Gemma 3;
+    /// the files carry no key). 0 makes every layer local.
+    pub pattern: usize,
+    /// `gemma3.rope.freq_base_swa` or `gemma3.rope.local_freq_base`, else 10,000.
+    pub rope_theta: f32,
 }
 
 /// Which values of a head RoPE rotates together.
@@ -94,13 +121,24 @@ pub struct Config {
     pub num_hidden_layers: usize,
     pub num_attention_heads: usize,
     pub num_key_value_heads: usize,
+    /// `{arch}.attention.key_length`, else `embedding_length / head_count`. The queries
+    /// are `head_count * head_dim` wide, which need not be the embedding length (Gemma 3).
     pub head_dim: usize,
     pub rms_norm_eps: f32,
+    /// RoPE base (of the global layers, where some are local).
     pub rope_theta: f32,
-    /// Linear RoPE scaling (`{arch}.rope.scaling.factor` with type `linear`, else 1).
+    /// Linear RoPE scaling (`{arch}.rope.scaling.factor` with type `linear`, else 1); not
+    /// applied to local layers.
     pub rope_scaling_factor: f32,
     /// `{arch}.context_length`; positions past it are refused.
     pub context_length: usize,
+    /// The embedding is multiplied by this: `sqrt(embedding_length)` for Gemma 3, else 1.
+    pub embed_scale: f32,
+    /// The factor on `q k^T`: `1 / sqrt(head_dim)`, except Gemma 3 27B (62 layers), whose
+    /// `query_pre_attn_scalar` is `embedding_length / head_count` (as llama.cpp).
+    pub attn_scale: f32,
+    /// Local layers (Gemma 3); `None`: every layer sees every earlier position.
+    pub sliding: Option<Sliding>,
 }
 
 fn bail<T>(msg: String) -> Result<T> {
@@ -117,7 +155,7 @@ impl Config {
         };
         let Some(arch) = Arch::from_name(&arch_name) else {
             return bail(format!(
-                "GGUF metadata `general.architecture` is `{arch_name}`; formwork's CPU model file runs llama and qwen2"
+                "GGUF metadata `general.architecture` is `{arch_name}`; formwork's CPU model file runs llama, qwen2 and gemma3"
             ));
         };
         let a = arch.name();
@@ -158,10 +196,16 @@ impl Config {
             Some(_) => get("attention.key_length")?,
             None => hidden_size / num_attention_heads,
         };
-        if head_dim * num_attention_heads != hidden_size {
-            return bail(format!(
-                "{a}.attention.key_length {head_dim} times head_count {num_attention_heads} is not the embedding length {hidden_size}"
-            ));
+        if value("attention.value_length").is_some() {
+            let v = get("attention.value_length")?;
+            if v != head_dim {
+                return bail(format!(
+                    "{a}.attention.value_length {v} differs from the key length {head_dim}; formwork's CPU model file needs them equal"
+                ));
+            }
+        }
+        if head_dim == 0 {
+            return bail(format!("{a}.attention.key_length is 0"));
         }
         if head_dim % 2 != 0 {
             return bail(format!(
@@ -191,13 +235,14 @@ impl Config {
                 }
             },
         };
-        // llama.cpp's defaults where a llama file leaves a key out; Qwen2 files carry them.
+        // llama.cpp's defaults where a llama file leaves a key out; Qwen2 and Gemma 3
+        // files carry them.
         let (rms_norm_eps, context_length) = match arch {
             Arch::Llama => (
                 opt_f32("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5),
                 get("context_length").unwrap_or(4096),
             ),
-            Arch::Qwen2 => (
+            Arch::Qwen2 | Arch::Gemma3 => (
                 match opt_f32("attention.layer_norm_rms_epsilon")? {
                     Some(e) => e,
                     None => {
@@ -216,11 +261,43 @@ impl Config {
             .ok_or_else(|| {
                 candle_core::Error::Msg("GGUF tensor `token_embd.weight` is missing".into())
             })?;
+        let num_hidden_layers = get("block_count")?;
+        let (embed_scale, attn_scale, sliding) = match arch {
+            Arch::Llama | Arch::Qwen2 => (1.0, 1.0 / (head_dim as f32).sqrt(), None),
+            Arch::Gemma3 => {
+                let window = get("attention.sliding_window")?;
+                if window == 0 {
+                    return bail(format!("{a}.attention.sliding_window is 0"));
+                }
+                let pattern = match value("attention.sliding_window_pattern") {
+                    Some(_) => get("attention.sliding_window_pattern")?,
+                    None => 6,
+                };
+                let rope_theta = match opt_f32("rope.freq_base_swa")? {
+                    Some(f) => f,
+                    None => opt_f32("rope.local_freq_base")?.unwrap_or(10_000.0),
+                };
+                let scalar = if num_hidden_layers == 62 {
+                    hidden_size / num_attention_heads
+                } else {
+                    head_dim
+                };
+                (
+                    (hidden_size as f32).sqrt(),
+                    1.0 / (scalar as f32).sqrt(),
+                    Some(Sliding {
+                        window,
+                        pattern,
+                        rope_theta,
+                    }),
+                )
+            }
+        };
         Ok(Self {
             arch,
             vocab_size,
             hidden_size,
-            num_hidden_layers: get("block_count")?,
+            num_hidden_layers,
             num_attention_heads,
             num_key_value_heads,
             head_dim,
@@ -228,11 +305,24 @@ impl Config {
             rope_theta: opt_f32("rope.freq_base")?.unwrap_or(10_000.0),
             rope_scaling_factor,
             context_length,
+            embed_scale,
+            attn_scale,
+            sliding,
         })
     }
 
     fn kv_dim(&self) -> usize {
         self.num_key_value_heads * self.head_dim
+    }
+
+    fn q_dim(&self) -> usize {
+        self.num_attention_heads * self.head_dim
+    }
+
+    /// The window of layer `l` when it is local.
+    pub fn window(&self, l: usize) -> Option<usize> {
+        let s = self.sliding.as_ref()?;
+        (s.pattern == 0 || (l + 1) % s.pattern != 0).then_some(s.window)
     }
 }
 
@@ -303,11 +393,16 @@ struct Layer {
     wv: Linear,
     /// `attn_q.bias`, `attn_k.bias`, `attn_v.bias` (Qwen2), when the file has them.
     bias: Option<[Vec<f32>; 3]>,
+    /// `attn_q_norm`, `attn_k_norm` (Gemma 3): RMS norms of each head of q and k.
+    qk_norm: Option<[Vec<f32>; 2]>,
     wo: Linear,
     ffn_norm: Vec<f32>,
     gate: Linear,
     up: Linear,
     down: Linear,
+    /// `post_attention_norm`, `post_ffw_norm` (Gemma 3): RMS norms of the attention's and
+    /// the FFN's outputs before they are added to the residual.
+    post_norm: Option<[Vec<f32>; 2]>,
 }
 
 #[derive(Debug)]
@@ -317,8 +412,10 @@ struct Weights {
     layers: Vec<Layer>,
     norm: Vec<f32>,
     output: Linear,
-    /// `1 / base^(2i / head_dim)` for each pair of a head.
+    /// `1 / base^(2i / head_dim)` for each pair of a head (`/ rope_scaling_factor`).
     inv_freq: Vec<f32>,
+    /// The same for the local layers' base, unscaled (empty without local layers).
+    inv_freq_local: Vec<f32>,
 }
 
 /// One layer's cache: `len` positions of `kv_dim` values, position-major.
@@ -433,6 +530,9 @@ impl ModelWeights {
         };
         let dim = cfg.hidden_size;
         let kv = cfg.kv_dim();
+        let qd = cfg.q_dim();
+        let hd = cfg.head_dim;
+        let gemma = cfg.arch == Arch::Gemma3;
         let norm = vector(tensor("output_norm.weight")?, "output_norm.weight", dim)?;
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
@@ -451,12 +551,26 @@ impl ModelWeights {
             };
             let bias = if ct.tensor_infos.contains_key(&format!("{p}.attn_q.bias")) {
                 Some([
-                    vec_of("attn_q.bias", dim)?,
+                    vec_of("attn_q.bias", qd)?,
                     vec_of("attn_k.bias", kv)?,
                     vec_of("attn_v.bias", kv)?,
                 ])
             } else {
                 None
+            };
+            let (qk_norm, post_norm) = if gemma {
+                (
+                    Some([
+                        vec_of("attn_q_norm.weight", hd)?,
+                        vec_of("attn_k_norm.weight", hd)?,
+                    ]),
+                    Some([
+                        vec_of("post_attention_norm.weight", dim)?,
+                        vec_of("post_ffw_norm.weight", dim)?,
+                    ]),
+                )
+            } else {
+                (None, None)
             };
             layers.push(Layer {
                 attn_norm: vec_of("attn_norm.weight", dim)?,
@@ -465,19 +579,21 @@ impl ModelWeights {
                 wk,
                 wv,
                 bias,
+                qk_norm,
                 wo,
                 gate,
                 up,
                 down,
+                post_norm,
             });
         }
         for (i, l) in layers.iter().enumerate() {
             let ffn = l.gate.rows();
             let want = [
-                ("attn_q", &l.wq, dim, dim),
+                ("attn_q", &l.wq, qd, dim),
                 ("attn_k", &l.wk, kv, dim),
                 ("attn_v", &l.wv, kv, dim),
-                ("attn_output", &l.wo, dim, dim),
+                ("attn_output", &l.wo, dim, qd),
                 ("ffn_gate", &l.gate, ffn, dim),
                 ("ffn_up", &l.up, ffn, dim),
                 ("ffn_down", &l.down, dim, ffn),
@@ -500,11 +616,17 @@ impl ModelWeights {
                 cfg.vocab_size
             ));
         }
-        let hd = cfg.head_dim;
-        let inv_freq = (0..hd)
-            .step_by(2)
-            .map(|i| 1f32 / cfg.rope_theta.powf(i as f32 / hd as f32) / cfg.rope_scaling_factor)
-            .collect();
+        let inv_freq = |base: f32, scale: f32| -> Vec<f32> {
+            (0..hd)
+                .step_by(2)
+                .map(|i| 1f32 / base.powf(i as f32 / hd as f32) / scale)
+                .collect()
+        };
+        let inv_freq_local = match &cfg.sliding {
+            Some(s) => inv_freq(s.rope_theta, 1.0),
+            None => Vec::new(),
+        };
+        let inv_freq = inv_freq(cfg.rope_theta, cfg.rope_scaling_factor);
         let n_layers = cfg.num_hidden_layers;
         Ok(Self {
             w: Arc::new(Weights {
@@ -514,6 +636,7 @@ impl ModelWeights {
                 norm,
                 output,
                 inv_freq,
+                inv_freq_local,
             }),
             cache: vec![LayerCache::default(); n_layers],
             len: 0,
@@ -523,6 +646,26 @@ impl ModelWeights {
 
     pub fn config(&self) -> &Config {
         &self.w.cfg
+    }
+
+    /// The same model with local layers that see the last `window` positions (tests use a
+    /// small window to make it matter). Only on a model without snapshots, and only for
+    /// one that has local layers.
+    pub fn with_sliding_window(mut self, window: usize) -> Result<Self> {
+        let Some(w) = Arc::get_mut(&mut self.w) else {
+            return bail("with_sliding_window: the weights are shared with a snapshot".into());
+        };
+        match &mut w.cfg.sliding {
+            Some(s) if window > 0 => s.window = window,
+            Some(_) => return bail("a sliding window of 0 sees nothing".into()),
+            None => {
+                return bail(format!(
+                    "{} has no sliding-window layers",
+                    w.cfg.arch.name()
+                ))
+            }
+        }
+        Ok(self)
     }
 
     /// Positions in the KV cache.
@@ -670,6 +813,7 @@ fn forward_impl(
     segs: &[(&[u32], usize)],
 ) -> Result<Vec<Vec<f32>>> {
     let cfg = &w.cfg;
+    let eps = cfg.rms_norm_eps;
     let n: usize = segs.iter().map(|s| s.0.len()).sum();
     let dim = cfg.hidden_size;
     let kvd = cfg.kv_dim();
@@ -682,27 +826,26 @@ fn forward_impl(
                 row.copy_from_slice(&table[*t as usize * cols..(*t as usize + 1) * cols])
             }
         }
+        if cfg.embed_scale != 1.0 {
+            row.iter_mut().for_each(|v| *v *= cfg.embed_scale);
+        }
     }
-    // cos/sin for each row's position, as candle computes them (f32 angle = pos * inv_freq).
-    let half = cfg.head_dim / 2;
-    let mut cos = Vec::with_capacity(n * half);
-    let mut sin = Vec::with_capacity(n * half);
-    // Each row's (segment, index within the segment).
+    // Each row's (segment, index within the segment), and its position.
     let mut rows: Vec<(usize, usize)> = Vec::with_capacity(n);
+    let mut positions: Vec<usize> = Vec::with_capacity(n);
     for (s, &(toks, pos)) in segs.iter().enumerate() {
         for t in 0..toks.len() {
             rows.push((s, t));
-            for f in &w.inv_freq {
-                let a = (pos + t) as f32 * f;
-                cos.push(a.cos());
-                sin.push(a.sin());
-            }
+            positions.push(pos + t);
         }
     }
+    let global = RopeRows::new(&w.inv_freq, &positions);
+    let local = RopeRows::new(&w.inv_freq_local, &positions);
+    let style = cfg.arch.rope();
     let mut acts = Q8Acts::default();
     let mut h = vec![0f32; n * dim];
     for (l, layer) in w.layers.iter().enumerate() {
-        rms_norm(&x, &layer.attn_norm, cfg.rms_norm_eps, &mut h);
+        rms_norm(&x, &layer.attn_norm, eps, &mut h);
         let [mut q, mut k, mut v] =
             project(isa, [&layer.wq, &layer.wk, &layer.wv], &h, n, &mut acts)?;
         if let Some([bq, bk, bv]) = &layer.bias {
@@ -710,9 +853,14 @@ fn forward_impl(
             add_rows(&mut k, bk);
             add_rows(&mut v, bv);
         }
-        let style = cfg.arch.rope();
-        rope(style, &mut q, cfg.head_dim, &cos, &sin);
-        rope(style, &mut k, cfg.head_dim, &cos, &sin);
+        if let Some([qn, kn]) = &layer.qk_norm {
+            rms_norm_in_place(&mut q, qn, eps);
+            rms_norm_in_place(&mut k, kn, eps);
+        }
+        let window = cfg.window(l);
+        let rope_rows = if window.is_some() { &local } else { &global };
+        rope(style, &mut q, cfg.head_dim, rope_rows);
+        rope(style, &mut k, cfg.head_dim, rope_rows);
         let mut r0 = 0;
         for (c, &(toks, pos)) in caches.iter_mut().zip(segs) {
             let c = &mut c[l];
@@ -723,15 +871,30 @@ fn forward_impl(
             r0 = r1;
         }
         let layer_caches: Vec<&LayerCache> = caches.iter().map(|c| &c[l]).collect();
-        let att = attention(isa, cfg, &q, &layer_caches, segs, &rows);
-        let [o] = project(isa, [&layer.wo], &att, n, &mut acts)?;
-        add(&mut x, &o);
-        rms_norm(&x, &layer.ffn_norm, cfg.rms_norm_eps, &mut h);
-        let [mut g, u] = project(isa, [&layer.gate, &layer.up], &h, n, &mut acts)?;
-        for (g, u) in g.iter_mut().zip(&u) {
-            *g = *g / (1.0 + (-*g).exp()) * u;
+        let att = attention(isa, cfg, &q, &layer_caches, &positions, &rows, window);
+        let [mut o] = project(isa, [&layer.wo], &att, n, &mut acts)?;
+        if let Some([post_attn, _]) = &layer.post_norm {
+            rms_norm_in_place(&mut o, post_attn, eps);
         }
-        let [d] = project(isa, [&layer.down], &g, n, &mut acts)?;
+        add(&mut x, &o);
+        rms_norm(&x, &layer.ffn_norm, eps, &mut h);
+        let [mut g, u] = project(isa, [&layer.gate, &layer.up], &h, n, &mut acts)?;
+        match cfg.arch {
+            Arch::Gemma3 => {
+                for (g, u) in g.iter_mut().zip(&u) {
+                    *g = gelu_tanh(*g) * u;
+                }
+            }
+            Arch::Llama | Arch::Qwen2 => {
+                for (g, u) in g.iter_mut().zip(&u) {
+                    *g = *g / (1.0 + (-*g).exp()) * u;
+                }
+            }
+        }
+        let [mut d] = project(isa, [&layer.down], &g, n, &mut acts)?;
+        if let Some([_, post_ffn]) = &layer.post_norm {
+            rms_norm_in_place(&mut d, post_ffn, eps);
+        }
         add(&mut x, &d);
     }
     // The last row of each segment.
@@ -740,16 +903,39 @@ fn forward_impl(
     let mut end = 0;
     for (&(toks, _), out) in segs.iter().zip(hn.chunks_exact_mut(dim)) {
         end += toks.len();
-        rms_norm(
-            &x[(end - 1) * dim..end * dim],
-            &w.norm,
-            cfg.rms_norm_eps,
-            out,
-        );
+        rms_norm(&x[(end - 1) * dim..end * dim], &w.norm, eps, out);
     }
     let [logits] = project(isa, [&w.output], &hn, b, &mut acts)?;
     let vocab = logits.len() / b;
     Ok(logits.chunks_exact(vocab).map(|c| c.to_vec()).collect())
+}
+
+/// GELU, tanh approximation (Gemma's `gelu_pytorch_tanh`, candle's `gelu`).
+fn gelu_tanh(v: f32) -> f32 {
+    const SQRT_TWO_OVER_PI: f32 = 0.797_884_6;
+    0.5 * v * (1.0 + (SQRT_TWO_OVER_PI * v * (1.0 + 0.044_715 * v * v)).tanh())
+}
+
+/// cos and sin of each row's angles `position * inv_freq[i]` (an f32 angle, as candle
+/// computes it), `inv_freq.len()` per row.
+struct RopeRows {
+    cos: Vec<f32>,
+    sin: Vec<f32>,
+}
+
+impl RopeRows {
+    fn new(inv_freq: &[f32], positions: &[usize]) -> Self {
+        let mut cos = Vec::with_capacity(positions.len() * inv_freq.len());
+        let mut sin = Vec::with_capacity(cos.capacity());
+        for &p in positions {
+            for f in inv_freq {
+                let a = p as f32 * f;
+                cos.push(a.cos());
+                sin.push(a.sin());
+            }
+        }
+        Self { cos, sin }
+    }
 }
 
 fn add(x: &mut [f32], y: &[f32]) {
@@ -777,8 +963,22 @@ fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
+/// Row-wise RMS norm of `x` in place, rows of `w.len()` (Gemma's per-head norms, its
+/// post-norms).
+fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
+    let dim = w.len();
+    for xr in x.chunks_exact_mut(dim) {
+        let ss: f32 = xr.iter().map(|v| v * v).sum::<f32>() / dim as f32;
+        let s = 1.0 / (ss + eps).sqrt();
+        for (v, g) in xr.iter_mut().zip(w) {
+            *v = *v * s * g;
+        }
+    }
+}
+
 /// RoPE of `style` on each head of each row; row `t` is at the `t`-th new position.
-fn rope(style: RopeStyle, x: &mut [f32], hd: usize, cos: &[f32], sin: &[f32]) {
+fn rope(style: RopeStyle, x: &mut [f32], hd: usize, angles: &RopeRows) {
+    let (cos, sin) = (&angles.cos, &angles.sin);
     let half = hd / 2;
     let rows = cos.len() / half;
     let width = x.len() / rows;
@@ -878,31 +1078,33 @@ fn transpose(a: &[f32], rows: usize, cols: usize) -> Vec<f32> {
 }
 
 /// Causal attention of each new row over its own sequence's cache: row `r` is token
-/// `rows[r].1` of segment `rows[r].0`, at position `segs[s].1 + t`, and sees the first
-/// `pos + t + 1` positions of `caches[s]`.
+/// `rows[r].1` of segment `rows[r].0`, at position `positions[r]`, and sees the positions
+/// up to its own in its segment's cache, or the last `window` of them on a local layer.
 fn attention(
     isa: Isa,
     cfg: &Config,
     q: &[f32],
     caches: &[&LayerCache],
-    segs: &[(&[u32], usize)],
+    positions: &[usize],
     rows: &[(usize, usize)],
+    window: Option<usize>,
 ) -> Vec<f32> {
     let hd = cfg.head_dim;
     let heads = cfg.num_attention_heads;
     let group = heads / cfg.num_key_value_heads;
     let kvd = cfg.kv_dim();
-    let scale = 1.0 / (hd as f32).sqrt();
+    let scale = cfg.attn_scale;
     let mut out = vec![0f32; rows.len() * heads * hd];
     let one = |idx: usize, o: &mut [f32]| {
         let (r, h) = (idx / heads, idx % heads);
-        let (s, t) = rows[r];
-        let c = caches[s];
+        let c = caches[rows[r].0];
         let g = h / group;
         let qh = &q[r * heads * hd + h * hd..][..hd];
-        let len = segs[s].1 + t + 1;
-        let mut sc = vec![0f32; len];
-        attn_scores(isa, qh, &c.k[g * hd..], kvd, scale, &mut sc);
+        let end = positions[r] + 1;
+        let start = window.map_or(0, |w| end.saturating_sub(w));
+        let mut sc = vec![0f32; end - start];
+        let from = start * kvd + g * hd;
+        attn_scores(isa, qh, &c.k[from..], kvd, scale, &mut sc);
         let max = sc.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
         let mut sum = 0f32;
         for v in sc.iter_mut() {
@@ -913,7 +1115,7 @@ fn attention(
         for v in sc.iter_mut() {
             *v *= inv;
         }
-        attn_mix(isa, &sc, &c.v[g * hd..], kvd, o);
+        attn_mix(isa, &sc, &c.v[from..], kvd, o);
     };
     if threads() > 1 {
         out.par_chunks_mut(hd)

@@ -14,14 +14,15 @@
 //! near-lossless). SmolLM2 Q4_1 then decodes about 4x faster. [`LoadOptions::requantize`]
 //! turns it off. Only on the CPU: candle's CUDA and Metal kernels take those types as stored.
 //!
-//! ## Llama and Qwen2 on the CPU
-//! A `llama` or `qwen2` model on the CPU runs through formwork's own model file
+//! ## Llama, Qwen2 and Gemma 3 on the CPU
+//! A `llama`, `qwen2` or `gemma3` model on the CPU runs through formwork's own model file
 //! ([`crate::llama`]), which computes Q4_1, Q5_0, Q8_0, Q4_K and Q6_K tensors from the
 //! file's blocks with AVX2 / AVX-512 VNNI kernels and keeps a KV cache that grows in place;
 //! Q4_1 and Q5_0 are then not requantised. [`LoadOptions::backend`] chooses:
 //! [`Backend::Auto`] takes it on a CPU that has the SIMD kernels (x86-64 with AVX2, FMA
 //! and F16C) and the candle paths elsewhere (GPUs, ARM, old x86): `quantized_llama` for
-//! llama, [`crate::qwen2`] for Qwen2, with the requantisation above on the CPU.
+//! llama, [`crate::qwen2`] for Qwen2, [`crate::gemma3`] for Gemma 3, with the
+//! requantisation above on the CPU.
 //!
 //! ## On a GPU
 //! `--device cuda` runs every architecture on the GPU: llama through candle's
@@ -205,7 +206,7 @@ pub trait LanguageModel: Send {
 
 /// Forward several sequences: `models[i]` is fed `feeds[i] = (tokens, pos)` and gets its
 /// own result, as [`LanguageModel::forward`] would give it. Snapshots of one formwork
-/// CPU model (llama, Qwen2) run in one pass whose matmuls cover all of their rows, so the
+/// CPU model (llama, Qwen2, Gemma 3) run in one pass whose matmuls cover all of their rows, so the
 /// weights are read once for the batch; other models run one after another.
 pub fn forward_batch(
     models: &mut [Box<dyn LanguageModel>],
@@ -393,7 +394,7 @@ impl std::fmt::Debug for LoadedModel {
     }
 }
 
-/// Which model file runs a `llama` or `qwen2` GGUF (see the module doc).
+/// Which model file runs a `llama`, `qwen2` or `gemma3` GGUF (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Backend {
     /// formwork's own on a CPU with its SIMD kernels, else candle's.
@@ -401,7 +402,7 @@ pub enum Backend {
     Auto,
     /// formwork's own ([`crate::llama`]); CPU only (its scalar kernel where there is no SIMD).
     Formwork,
-    /// The candle-tensor paths: candle-transformers' `quantized_llama`, [`crate::qwen2`].
+    /// The candle-tensor paths: candle-transformers' `quantized_llama`, [`crate::qwen2`], [`crate::gemma3`].
     Candle,
 }
 
@@ -412,7 +413,7 @@ pub struct LoadOptions {
     /// Requantise Q4_1 / Q5_0 / Q5_1 tensors to Q8_0 at load (see the module doc); Q4_1
     /// and Q5_0 stay as stored when formwork's own model file runs them.
     pub requantize: bool,
-    /// For `llama` and `qwen2` files: formwork's own CPU model file or candle's path.
+    /// For `llama`, `qwen2` and `gemma3` files: formwork's own CPU model file or candle's path.
     pub backend: Backend,
 }
 
@@ -465,7 +466,7 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
     let tokenizer = GgufTokenizer::from_gguf(&gguf.content).map_err(|e| file_err(one_line(&e)))?;
     let picked = options.device.pick()?;
     let device = picked.device;
-    let own = matches!(arch.as_str(), "llama" | "qwen2")
+    let own = matches!(arch.as_str(), "llama" | "qwen2" | "gemma3")
         && match options.backend {
             Backend::Candle => false,
             Backend::Auto => device.is_cpu() && crate::quant::Isa::detect().is_simd(),
@@ -490,7 +491,7 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
     }
     let context_length = gguf.context_length(&arch);
     let (model, context_length): (Box<dyn LanguageModel>, usize) = match arch.as_str() {
-        "llama" | "qwen2" if own => {
+        "llama" | "qwen2" | "gemma3" if own => {
             let weights =
                 crate::llama::ModelWeights::from_gguf(gguf.content, &mut gguf.reader, &device)
                     .map_err(|e| file_err(format!("loading {arch} weights: {}", one_line(&e))))?;

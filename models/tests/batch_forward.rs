@@ -3,8 +3,8 @@
 //! same arithmetic whatever shares its pass, so the stated tolerance is zero: the
 //! logits are equal bit for bit, and so are the greedy tokens.
 //!
-//! Checked for every registry model that runs on formwork's CPU file (SmolLM2 and
-//! Qwen2.5; Gemma 3 runs on candle and batches one sequence after another):
+//! Checked for every registry model, all three on formwork's CPU file (SmolLM2, Qwen2.5
+//! and Gemma 3):
 //! - a batch of mixed lengths (a short prompt, a long one, a medium one, prefilled in
 //!   one pass) then greedy decoding step by step in one pass per step, against each
 //!   sequence alone;
@@ -12,8 +12,8 @@
 //!   loop, the group joining their forwards;
 //! - a feed its model refuses fails alone; the others in its pass are unharmed.
 //!
-//! Needs the models fetched (`formwork models fetch smollm2-135m`, and
-//! `qwen2.5-coder-0.5b`, or `FORMWORK_HOME`); without them each test prints
+//! Needs the models fetched (`formwork models fetch smollm2-135m`,
+//! `qwen2.5-coder-0.5b` and `gemma3-270m`, or `FORMWORK_HOME`); without them each test prints
 //! `SKIPPED:` and returns.
 
 mod common;
@@ -111,6 +111,14 @@ fn qwen2_in_a_batch_of_mixed_lengths_equals_alone() {
         return;
     };
     mixed_lengths(&m, "qwen2");
+}
+
+#[test]
+fn gemma3_in_a_batch_of_mixed_lengths_equals_alone() {
+    let Some(m) = common::load_gemma3(Backend::Formwork) else {
+        return;
+    };
+    mixed_lengths(&m, "gemma3");
 }
 
 #[test]

@@ -112,6 +112,19 @@ pub fn load_qwen2(backend: Backend) -> Option<LoadedModel> {
     Some(load_file(&path, "qwen2.5-coder-0.5b", cpu_options(backend)).expect("load qwen2"))
 }
 
+/// Gemma 3 270M on the CPU with `backend`; None (after the `SKIPPED:` note) when absent.
+pub fn load_gemma3(backend: Backend) -> Option<LoadedModel> {
+    std::env::set_var("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0");
+    let Some(path) = gemma3_path() else {
+        eprintln!(
+            "SKIPPED: Gemma 3 GGUF not found; run `formwork models fetch gemma3-270m` \
+             or set FORMWORK_GEMMA3_GGUF=/path/to/gemma-3-270m-q4_k_m.gguf"
+        );
+        return None;
+    };
+    Some(load_file(&path, "gemma3-270m", cpu_options(backend)).expect("load gemma3"))
+}
+
 /// A model a test binary loads once and its tests share (they take snapshots).
 pub type Shared = OnceLock<Option<Mutex<LoadedModel>>>;
 
