@@ -36,15 +36,26 @@ pub mod serve;
 pub mod validate;
 
 use formwork_models::registry::{self, FetchEvent};
-use formwork_models::runtime::{DeviceChoice, LoadedModel};
+use formwork_models::runtime::{DeviceChoice, LoadOptions, LoadedModel};
 
 /// Load `spec`. A registry model that is not in the cache yet is fetched first
 /// (with progress on stderr); everything else must already be on disk. For
 /// `--device auto`, one line on stderr says which device it took.
 pub fn load_model(spec: &str, device: DeviceChoice) -> anyhow::Result<LoadedModel> {
+    load_model_with(
+        spec,
+        LoadOptions {
+            device,
+            ..LoadOptions::default()
+        },
+    )
+}
+
+/// [`load_model`] with every load option (the KV cache's type, the model file).
+pub fn load_model_with(spec: &str, options: LoadOptions) -> anyhow::Result<LoadedModel> {
     formwork_models::runtime::configure_threads(None);
     ensure_fetched(spec)?;
-    let loaded = formwork_models::runtime::load(spec, device)?;
+    let loaded = formwork_models::runtime::load_with(spec, options)?;
     if let Some(note) = &loaded.device_note {
         eprintln!("{note}");
     }

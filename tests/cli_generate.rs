@@ -56,6 +56,38 @@ fn generate_answers_a_short_prompt() {
     );
 }
 
+/// `--kv-cache f16` keeps keys and values in half precision: the greedy answer to a
+/// short prompt is the f32 cache's, `--verbose` says which cache ran, and a bad value is
+/// a one-line usage error (exit 2).
+#[test]
+fn generate_with_an_f16_kv_cache_answers_as_f32_does() {
+    let Some(home) = home_with("smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf") else {
+        return;
+    };
+    let run = |kv: &str| {
+        let out = formwork()
+            .args(["generate", "--prompt", "What is 2+2?", "--max-tokens", "16"])
+            .args(["--device", "cpu", "--verbose", "--kv-cache", kv])
+            .env("FORMWORK_HOME", &home)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        (String::from_utf8(out.stdout).unwrap(), stderr)
+    };
+    let (f32_text, f32_err) = run("f32");
+    let (f16_text, f16_err) = run("f16");
+    assert!(f32_err.contains("KV cache F32"), "{f32_err}");
+    assert!(f16_err.contains("KV cache F16"), "{f16_err}");
+    assert_eq!(f16_text, f32_text);
+    let bad = formwork()
+        .args(["generate", "--prompt", "x", "--kv-cache", "f8"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("f8"));
+}
+
 #[test]
 fn generate_with_a_system_message_and_sampling_is_reproducible() {
     let Some(home) = home_with("smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf") else {

@@ -53,7 +53,8 @@ use candle_core::quantized::{gguf_file, GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Result, Tensor};
 use rayon::prelude::*;
 
-use crate::quant::{attn_mix, attn_scores, Format, Isa, Q8Acts, QMatrix};
+use crate::quant::{attn_mix, attn_scores, Format, Isa, KvElem, Q8Acts, QMatrix};
+use half::f16;
 
 /// The model families this file runs: they differ in the layer's details (module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -418,11 +419,72 @@ struct Weights {
     inv_freq_local: Vec<f32>,
 }
 
-/// One layer's cache: `len` positions of `kv_dim` values, position-major.
-#[derive(Debug, Clone, Default)]
-struct LayerCache {
-    k: Vec<f32>,
-    v: Vec<f32>,
+/// How the KV cache stores keys and values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KvType {
+    /// 4 bytes a value: the values exactly as computed.
+    #[default]
+    F32,
+    /// 2 bytes a value (llama.cpp's default): half the memory per position, each value
+    /// rounded to nearest f16 when stored; attention still computes in f32.
+    F16,
+}
+
+/// One layer's cache: positions of `kv_dim` values, position-major, in f32 or f16.
+#[derive(Debug, Clone)]
+enum LayerCache {
+    F32 { k: Vec<f32>, v: Vec<f32> },
+    F16 { k: Vec<f16>, v: Vec<f16> },
+}
+
+impl LayerCache {
+    fn new(kv: KvType) -> Self {
+        match kv {
+            KvType::F32 => Self::F32 {
+                k: Vec::new(),
+                v: Vec::new(),
+            },
+            KvType::F16 => Self::F16 {
+                k: Vec::new(),
+                v: Vec::new(),
+            },
+        }
+    }
+
+    /// Appends the rows of `k` and `v`.
+    fn push(&mut self, k: &[f32], v: &[f32]) {
+        match self {
+            Self::F32 { k: ck, v: cv } => {
+                ck.extend_from_slice(k);
+                cv.extend_from_slice(v);
+            }
+            Self::F16 { k: ck, v: cv } => {
+                f16::extend_from_f32(ck, k);
+                f16::extend_from_f32(cv, v);
+            }
+        }
+    }
+
+    /// Values held (positions times `kv_dim`).
+    fn values(&self) -> usize {
+        match self {
+            Self::F32 { k, .. } => k.len(),
+            Self::F16 { k, .. } => k.len(),
+        }
+    }
+
+    fn clear(&mut self) {
+        match self {
+            Self::F32 { k, v } => {
+                k.clear();
+                v.clear();
+            }
+            Self::F16 { k, v } => {
+                k.clear();
+                v.clear();
+            }
+        }
+    }
 }
 
 /// The model: shared weights and an own KV cache. `Clone` is the snapshot.
@@ -638,7 +700,7 @@ impl ModelWeights {
                 inv_freq,
                 inv_freq_local,
             }),
-            cache: vec![LayerCache::default(); n_layers],
+            cache: vec![LayerCache::new(KvType::F32); n_layers],
             len: 0,
             isa,
         })
@@ -668,6 +730,21 @@ impl ModelWeights {
         Ok(self)
     }
 
+    /// The same model with its KV cache in `kv` (emptied). Snapshots taken later share it.
+    pub fn with_kv_type(mut self, kv: KvType) -> Self {
+        self.cache = vec![LayerCache::new(kv); self.w.cfg.num_hidden_layers];
+        self.len = 0;
+        self
+    }
+
+    /// How this model's KV cache stores its values.
+    pub fn kv_type(&self) -> KvType {
+        match self.cache.first() {
+            Some(LayerCache::F16 { .. }) => KvType::F16,
+            _ => KvType::F32,
+        }
+    }
+
     /// Positions in the KV cache.
     pub fn cache_len(&self) -> usize {
         self.len
@@ -675,8 +752,7 @@ impl ModelWeights {
 
     pub fn clear_kv_cache(&mut self) {
         for c in &mut self.cache {
-            c.k.clear();
-            c.v.clear();
+            c.clear();
         }
         self.len = 0;
     }
@@ -865,9 +941,8 @@ fn forward_impl(
         for (c, &(toks, pos)) in caches.iter_mut().zip(segs) {
             let c = &mut c[l];
             let r1 = r0 + toks.len();
-            c.k.extend_from_slice(&k[r0 * kvd..r1 * kvd]);
-            c.v.extend_from_slice(&v[r0 * kvd..r1 * kvd]);
-            debug_assert_eq!(c.k.len(), (pos + toks.len()) * kvd);
+            c.push(&k[r0 * kvd..r1 * kvd], &v[r0 * kvd..r1 * kvd]);
+            debug_assert_eq!(c.values(), (pos + toks.len()) * kvd);
             r0 = r1;
         }
         let layer_caches: Vec<&LayerCache> = caches.iter().map(|c| &c[l]).collect();
@@ -1104,18 +1179,14 @@ fn attention(
         let start = window.map_or(0, |w| end.saturating_sub(w));
         let mut sc = vec![0f32; end - start];
         let from = start * kvd + g * hd;
-        attn_scores(isa, qh, &c.k[from..], kvd, scale, &mut sc);
-        let max = sc.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-        let mut sum = 0f32;
-        for v in sc.iter_mut() {
-            *v = (*v - max).exp();
-            sum += *v;
+        match c {
+            LayerCache::F32 { k, v } => {
+                attend(isa, qh, &k[from..], &v[from..], kvd, scale, &mut sc, o)
+            }
+            LayerCache::F16 { k, v } => {
+                attend(isa, qh, &k[from..], &v[from..], kvd, scale, &mut sc, o)
+            }
         }
-        let inv = 1.0 / sum;
-        for v in sc.iter_mut() {
-            *v *= inv;
-        }
-        attn_mix(isa, &sc, &c.v[from..], kvd, o);
     };
     if threads() > 1 {
         out.par_chunks_mut(hd)
@@ -1127,4 +1198,31 @@ fn attention(
         }
     }
     out
+}
+
+/// One head of one row: scores over the positions in `k`, their softmax, and the
+/// weighted sum of `v` into `o` (`sc` holds one score per position).
+#[allow(clippy::too_many_arguments)]
+fn attend<E: KvElem>(
+    isa: Isa,
+    q: &[f32],
+    k: &[E],
+    v: &[E],
+    stride: usize,
+    scale: f32,
+    sc: &mut [f32],
+    o: &mut [f32],
+) {
+    attn_scores(isa, q, k, stride, scale, sc);
+    let max = sc.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let mut sum = 0f32;
+    for v in sc.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    for v in sc.iter_mut() {
+        *v *= inv;
+    }
+    attn_mix(isa, sc, v, stride, o);
 }

@@ -51,6 +51,7 @@ use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 use candle_transformers::models::quantized_llama;
 
+use crate::llama::KvType;
 use crate::registry;
 use crate::tokenizer::GgufTokenizer;
 use crate::{ModelError, Result};
@@ -339,6 +340,8 @@ pub struct LoadedModel {
     pub device_note: Option<String>,
     /// The most positions one sequence may use (prompt and output together).
     pub context_length: usize,
+    /// How the KV cache stores its values (`LoadOptions::kv`).
+    pub kv: KvType,
 }
 
 impl LoadedModel {
@@ -355,6 +358,7 @@ impl LoadedModel {
             device: self.device.clone(),
             device_note: self.device_note.clone(),
             context_length: self.context_length,
+            kv: self.kv,
         }
     }
 
@@ -415,6 +419,9 @@ pub struct LoadOptions {
     pub requantize: bool,
     /// For `llama`, `qwen2` and `gemma3` files: formwork's own CPU model file or candle's path.
     pub backend: Backend,
+    /// How the KV cache stores keys and values. [`KvType::F16`] halves its memory and
+    /// needs formwork's CPU model file: on candle's paths it is an error.
+    pub kv: KvType,
 }
 
 impl Default for LoadOptions {
@@ -423,6 +430,7 @@ impl Default for LoadOptions {
             device: DeviceChoice::Auto,
             requantize: true,
             backend: Backend::Auto,
+            kv: KvType::F32,
         }
     }
 }
@@ -489,12 +497,18 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
         };
         gguf.requantize_slow_tensors(keep)?;
     }
+    if options.kv == KvType::F16 && !own {
+        return Err(ModelError::Device(format!(
+            "an f16 KV cache needs formwork's CPU model file, and {arch} on {device:?} runs on candle's; use the f32 cache"
+        )));
+    }
     let context_length = gguf.context_length(&arch);
     let (model, context_length): (Box<dyn LanguageModel>, usize) = match arch.as_str() {
         "llama" | "qwen2" | "gemma3" if own => {
             let weights =
                 crate::llama::ModelWeights::from_gguf(gguf.content, &mut gguf.reader, &device)
-                    .map_err(|e| file_err(format!("loading {arch} weights: {}", one_line(&e))))?;
+                    .map_err(|e| file_err(format!("loading {arch} weights: {}", one_line(&e))))?
+                    .with_kv_type(options.kv);
             let vocab = weights.config().vocab_size;
             let ctx = weights.config().context_length;
             (
@@ -553,6 +567,7 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
         device,
         device_note: picked.note,
         context_length,
+        kv: options.kv,
     })
 }
 

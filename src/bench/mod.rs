@@ -772,6 +772,8 @@ pub struct Report {
     /// `--null-bias` and `--grounded`, as run.
     pub null_bias: f32,
     pub grounded: Option<crate::engine::ground::GroundMode>,
+    /// `--kv-cache`: `f32` or `f16`.
+    pub kv_cache: String,
     pub overall: BTreeMap<String, Summary>,
     pub per_schema: BTreeMap<String, BTreeMap<String, Summary>>,
     pub peak_rss_mb: Option<f64>,
@@ -951,6 +953,7 @@ pub fn run(
         pick: cfg.pick,
         null_bias: cfg.opts.null_bias,
         grounded: cfg.opts.grounded,
+        kv_cache: format!("{:?}", engine.model().kv).to_lowercase(),
         overall,
         per_schema,
         peak_rss_mb: peak_rss_mb(),
@@ -986,7 +989,7 @@ fn f3(x: f64) -> String {
 /// beside every accuracy), then cost, then per schema and per field.
 pub fn markdown(r: &Report) -> String {
     let mut s = format!(
-        "## {} on {} ({} records per mode, {}, seed {}, prompt {}, {} example{} per record{}{}{}{})\n\n",
+        "## {} on {} ({} records per mode, {}, seed {}, prompt {}, {} example{} per record{}{}{}{}{})\n\n",
         r.model,
         r.dataset,
         r.overall.values().next().map_or(0, |x| x.records),
@@ -1018,6 +1021,11 @@ pub fn markdown(r: &Report) -> String {
             None => "",
             Some(crate::engine::ground::GroundMode::Stated) => ", grounded",
             Some(crate::engine::ground::GroundMode::Distinct) => ", grounded (distinct)",
+        },
+        if r.kv_cache == "f32" {
+            String::new()
+        } else {
+            format!(", {} KV cache", r.kv_cache)
         },
         match (r.parallel, r.mean_batch) {
             (p, Some(m)) if p > 1 => format!(

@@ -25,6 +25,10 @@ pub struct BenchArgs {
     pub model: String,
     #[arg(long, default_value = "auto")]
     pub device: String,
+    /// How the KV cache stores keys and values: f32, or f16 (half the memory per
+    /// position; formwork's CPU model file only).
+    #[arg(long, value_enum, default_value = "f32")]
+    pub kv_cache: super::KvArg,
     /// Use only the first N records.
     #[arg(long)]
     pub limit: Option<usize>,
@@ -186,11 +190,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
         "dataset {} has no records",
         dataset.display()
     );
-    let device = a
-        .device
-        .parse()
-        .map_err(|e| anyhow::anyhow!("--device: {e}"))?;
-    let loaded = crate::load_model(&a.model, device)?;
+    let loaded = crate::load_model_with(&a.model, super::load_options(&a.device, a.kv_cache)?)?;
     let mut engine = Engine::new(loaded);
     let cfg = BenchConfig {
         modes: a.modes.clone(),

@@ -37,6 +37,10 @@ pub struct ExtractArgs {
     /// auto, cpu, cuda or metal.
     #[arg(long, default_value = "auto")]
     pub device: String,
+    /// How the KV cache stores keys and values: f32, or f16 (half the memory per
+    /// position; formwork's CPU model file only).
+    #[arg(long, value_enum, default_value = "f32")]
+    pub kv_cache: super::KvArg,
     #[arg(long, value_enum, default_value = "masked")]
     pub mode: super::ModeArg,
     /// Token budget for the answer (masked mode steers to a valid ending within it).
@@ -184,11 +188,7 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
         (None, None) => anyhow::bail!("give a document with --input FILE (or - for stdin), or a batch with --jsonl IN --out OUT"),
         (None, Some(_)) => None,
     };
-    let device = a
-        .device
-        .parse()
-        .map_err(|e| anyhow::anyhow!("--device: {e}"))?;
-    let loaded = crate::load_model(&a.model, device)?;
+    let loaded = crate::load_model_with(&a.model, super::load_options(&a.device, a.kv_cache)?)?;
     let mut engine = Engine::new(loaded);
     if !engine.has_chat_template() {
         eprintln!(

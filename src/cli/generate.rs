@@ -13,7 +13,7 @@ use std::time::Instant;
 use anyhow::Context;
 use formwork_models::chat::{render_chat, ChatMessage};
 use formwork_models::registry::DEFAULT_MODEL;
-use formwork_models::runtime::{self, DeviceChoice};
+use formwork_models::runtime;
 
 use crate::sampling::{Sampler, Sampling};
 use formwork_models::tokenizer::TokenStream;
@@ -45,6 +45,10 @@ pub struct GenerateArgs {
     /// Where to run: auto, cpu, cuda or metal (cuda and metal need the build feature).
     #[arg(long, default_value = "auto")]
     pub device: String,
+    /// How the KV cache stores keys and values: f32, or f16 (half the memory per
+    /// position; formwork's CPU model file only).
+    #[arg(long, value_enum, default_value = "f32")]
+    pub kv_cache: super::KvArg,
     /// CPU threads (default: CANDLE_NUM_THREADS, else one per physical core).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -116,7 +120,7 @@ fn per_copy(total: std::time::Duration, n: u64) -> f64 {
 pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     // Before candle starts its thread pool.
     runtime::configure_threads(args.threads);
-    let device: DeviceChoice = args.device.parse()?;
+    let options = super::load_options(&args.device, args.kv_cache)?;
     if !(args.temperature >= 0.0) {
         anyhow::bail!("--temperature {}: must be 0 or more", args.temperature);
     }
@@ -127,7 +131,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     }
 
     let t_load = Instant::now();
-    let mut loaded = runtime::load(&args.model, device)?;
+    let mut loaded = runtime::load_with(&args.model, options)?;
     let load_s = t_load.elapsed().as_secs_f64();
     if let Some(note) = &loaded.device_note {
         eprintln!("{note}");
@@ -263,12 +267,13 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     if args.verbose {
         let per_s = |n: usize, s: f64| if s > 0.0 { n as f64 / s } else { 0.0 };
         eprintln!(
-            "model {} ({}, {}) loaded in {:.2} s on {:?}",
+            "model {} ({}, {}) loaded in {:.2} s on {:?}, KV cache {:?}",
             loaded.name,
             loaded.arch,
             loaded.path.display(),
             load_s,
-            loaded.device
+            loaded.device,
+            loaded.kv
         );
         eprintln!(
             "prefill: {} tokens in {:.3} s = {:.1} tok/s",

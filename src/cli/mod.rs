@@ -68,6 +68,31 @@ cli_enum!(
     }
 );
 
+cli_enum!(
+    /// `--kv-cache`: how the KV cache stores keys and values.
+    KvArg => formwork_models::llama::KvType {
+        /// 4 bytes a value, exactly as computed.
+        F32,
+        /// 2 bytes a value (llama.cpp's default): half the memory per position; needs
+        /// formwork's CPU model file (llama, qwen2 and gemma3 on an AVX2 CPU).
+        F16,
+    }
+);
+
+/// The load options of `--device` and `--kv-cache`.
+pub fn load_options(
+    device: &str,
+    kv: KvArg,
+) -> anyhow::Result<formwork_models::runtime::LoadOptions> {
+    Ok(formwork_models::runtime::LoadOptions {
+        device: device
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--device: {e}"))?,
+        kv: kv.into(),
+        ..Default::default()
+    })
+}
+
 pub fn parse_source_mode(s: &str) -> Result<formwork_grammar::source::SourceMode, String> {
     formwork_grammar::source::SourceMode::parse(s)
         .ok_or_else(|| format!("{s:?} is not `substring` or `words`"))

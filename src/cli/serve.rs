@@ -48,6 +48,10 @@ pub struct ServeArgs {
     /// Where to run: auto, cpu, cuda or metal (cuda and metal need the build feature).
     #[arg(long, default_value = "auto")]
     pub device: String,
+    /// How the KV cache stores keys and values: f32, or f16 (half the memory per
+    /// position; formwork's CPU model file only).
+    #[arg(long, value_enum, default_value = "f32")]
+    pub kv_cache: super::KvArg,
 }
 
 fn seconds(flag: &str, s: f64) -> anyhow::Result<Duration> {
@@ -60,7 +64,7 @@ fn seconds(flag: &str, s: f64) -> anyhow::Result<Duration> {
 pub fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
     let cfg = ServeConfig {
         model: a.model,
-        device: a.device.parse()?,
+        load: super::load_options(&a.device, a.kv_cache)?,
         host: a.host,
         port: a.port,
         parallel: a.parallel as usize,

@@ -62,7 +62,8 @@ const LATENCY_BUCKETS_S: &[f64] = &[
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
     pub model: String,
-    pub device: formwork_models::runtime::DeviceChoice,
+    /// `--device` and `--kv-cache`.
+    pub load: formwork_models::runtime::LoadOptions,
     pub host: String,
     pub port: u16,
     pub parallel: usize,
@@ -265,7 +266,7 @@ async fn shutdown_signal() {
 }
 
 fn load(cfg: &ServeConfig) -> anyhow::Result<Ready> {
-    let loaded = crate::load_model(&cfg.model, cfg.device)?;
+    let loaded = crate::load_model_with(&cfg.model, cfg.load)?;
     let model_id = loaded.name.clone();
     let context = loaded.context_length;
     let engine = Engine::new(loaded);

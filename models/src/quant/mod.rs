@@ -22,7 +22,10 @@
 
 use std::sync::OnceLock;
 
+pub mod attn;
 pub mod kquant;
+
+pub use attn::{attn_mix, attn_scores, KvElem};
 
 /// Weights per block.
 pub const QK: usize = 32;
@@ -415,159 +418,10 @@ pub fn dot_scalar(f: Format, w: &[u8], a: Q8Row<'_>) -> f32 {
     acc
 }
 
-#[inline(always)]
-fn dot_f32_generic(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ac
-        .remainder()
-        .iter()
-        .zip(bc.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ac.zip(bc) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
-}
-
-#[inline(always)]
-fn axpy_generic(alpha: f32, x: &[f32], y: &mut [f32]) {
-    for (y, x) in y.iter_mut().zip(x) {
-        *y += alpha * x;
-    }
-}
-
-/// Attention scores of one head: `scores[j] = scale * (q . k[j * stride..][..q.len()])`
-/// for each position `j` (`k` starts at the head's offset in a position-major cache).
-pub fn attn_scores(isa: Isa, q: &[f32], k: &[f32], stride: usize, scale: f32, scores: &mut [f32]) {
-    let hd = q.len();
-    if let Some(last) = scores.len().checked_sub(1) {
-        assert!(k.len() >= last * stride + hd, "attention: K too short");
-    }
-    #[cfg(target_arch = "x86_64")]
-    if isa.is_simd() && hd.is_multiple_of(8) {
-        // SAFETY: a SIMD `Isa` is only detected on CPUs with AVX2 and FMA; every row
-        // read lies inside `k` (asserted above).
-        return unsafe { x86::attn_scores(q, k, stride, scale, scores) };
-    }
-    let _ = isa;
-    for (j, s) in scores.iter_mut().enumerate() {
-        *s = dot_f32_generic(q, &k[j * stride..][..hd]) * scale;
-    }
-}
-
-/// Attention's weighted sum of one head: `out += sum_j p[j] * v[j * stride..][..out.len()]`.
-pub fn attn_mix(isa: Isa, p: &[f32], v: &[f32], stride: usize, out: &mut [f32]) {
-    let hd = out.len();
-    if let Some(last) = p.len().checked_sub(1) {
-        assert!(v.len() >= last * stride + hd, "attention: V too short");
-    }
-    #[cfg(target_arch = "x86_64")]
-    if isa.is_simd() && hd.is_multiple_of(8) {
-        // SAFETY: as in `attn_scores`.
-        return unsafe { x86::attn_mix(p, v, stride, out) };
-    }
-    let _ = isa;
-    for (j, &w) in p.iter().enumerate() {
-        axpy_generic(w, &v[j * stride..][..hd], out);
-    }
-}
-
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::{Q8Row, QK};
     use std::arch::x86_64::*;
-
-    /// `attn_scores` for a head width that is a multiple of 8: four positions at a
-    /// time, each with its own accumulator, reduced together.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn attn_scores(q: &[f32], k: &[f32], stride: usize, scale: f32, scores: &mut [f32]) {
-        let hd = q.len();
-        let n = scores.len();
-        let (qp, kp, sp) = (q.as_ptr(), k.as_ptr(), scores.as_mut_ptr());
-        let sc = _mm_set1_ps(scale);
-        let mut j = 0;
-        while j + 4 <= n {
-            let r = kp.add(j * stride);
-            let (mut a0, mut a1, mut a2, mut a3) = (
-                _mm256_setzero_ps(),
-                _mm256_setzero_ps(),
-                _mm256_setzero_ps(),
-                _mm256_setzero_ps(),
-            );
-            let mut i = 0;
-            while i < hd {
-                let qv = _mm256_loadu_ps(qp.add(i));
-                a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r.add(i)), a0);
-                a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r.add(stride + i)), a1);
-                a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r.add(2 * stride + i)), a2);
-                a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r.add(3 * stride + i)), a3);
-                i += 8;
-            }
-            // [a0 a1 a2 a3] summed lane-wise, then the two halves added.
-            let h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-            let s4 = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-            _mm_storeu_ps(sp.add(j), _mm_mul_ps(s4, sc));
-            j += 4;
-        }
-        while j < n {
-            let r = kp.add(j * stride);
-            let mut a = _mm256_setzero_ps();
-            let mut i = 0;
-            while i < hd {
-                a = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(i)), _mm256_loadu_ps(r.add(i)), a);
-                i += 8;
-            }
-            let s4 = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-            let s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-            let s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-            *sp.add(j) = _mm_cvtss_f32(s1) * scale;
-            j += 1;
-        }
-    }
-
-    /// `attn_mix` for a head width that is a multiple of 8: the output is held in
-    /// registers, 32 values (four vectors) at a time, over all positions.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn attn_mix(p: &[f32], v: &[f32], stride: usize, out: &mut [f32]) {
-        let hd = out.len();
-        let (vp, op) = (v.as_ptr(), out.as_mut_ptr());
-        let mut c = 0;
-        while c + 32 <= hd {
-            let mut o0 = _mm256_loadu_ps(op.add(c));
-            let mut o1 = _mm256_loadu_ps(op.add(c + 8));
-            let mut o2 = _mm256_loadu_ps(op.add(c + 16));
-            let mut o3 = _mm256_loadu_ps(op.add(c + 24));
-            for (j, &w) in p.iter().enumerate() {
-                let wv = _mm256_set1_ps(w);
-                let r = vp.add(j * stride + c);
-                o0 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(r), o0);
-                o1 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(r.add(8)), o1);
-                o2 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(r.add(16)), o2);
-                o3 = _mm256_fmadd_ps(wv, _mm256_loadu_ps(r.add(24)), o3);
-            }
-            _mm256_storeu_ps(op.add(c), o0);
-            _mm256_storeu_ps(op.add(c + 8), o1);
-            _mm256_storeu_ps(op.add(c + 16), o2);
-            _mm256_storeu_ps(op.add(c + 24), o3);
-            c += 32;
-        }
-        while c < hd {
-            let mut o = _mm256_loadu_ps(op.add(c));
-            for (j, &w) in p.iter().enumerate() {
-                o = _mm256_fmadd_ps(
-                    _mm256_set1_ps(w),
-                    _mm256_loadu_ps(vp.add(j * stride + c)),
-                    o,
-                );
-            }
-            _mm256_storeu_ps(op.add(c), o);
-            c += 8;
-        }
-    }
 
     /// 16 bytes of nibbles at `p` as 32 unsigned bytes 0..16: low nibbles first.
     #[inline(always)]
@@ -981,56 +835,6 @@ mod tests {
         let zeros = vec![0f32; 32];
         acts.quantize(&zeros, 1, 32);
         assert_eq!(acts.ds[0], [0.0, 0.0]);
-    }
-
-    #[test]
-    fn attention_kernels_match_the_reference() {
-        let mut rng = Rng(11);
-        // Head widths the kernels take (multiples of 8, with and without a 32 tail),
-        // position counts around the 4-wide step, and a stride wider than the head.
-        for hd in [8usize, 40, 64, 128] {
-            for n in [1usize, 3, 4, 7, 33] {
-                let stride = hd * 3 + 8;
-                let q: Vec<f32> = (0..hd).map(|_| rng.f32()).collect();
-                let k: Vec<f32> = (0..(n - 1) * stride + hd).map(|_| rng.f32()).collect();
-                let p: Vec<f32> = (0..n).map(|_| rng.f32().abs()).collect();
-                let mut want = vec![0f32; n];
-                for (j, w) in want.iter_mut().enumerate() {
-                    *w = q
-                        .iter()
-                        .zip(&k[j * stride..][..hd])
-                        .map(|(a, b)| a * b)
-                        .sum::<f32>()
-                        * 0.125;
-                }
-                let mut want_mix: Vec<f32> = (0..hd).map(|i| i as f32 * 0.01).collect();
-                let mut got_mix = want_mix.clone();
-                for (j, &w) in p.iter().enumerate() {
-                    for (o, x) in want_mix.iter_mut().zip(&k[j * stride..][..hd]) {
-                        *o += w * x;
-                    }
-                }
-                for isa in [Isa::Scalar, Isa::detect()] {
-                    let mut got = vec![0f32; n];
-                    attn_scores(isa, &q, &k, stride, 0.125, &mut got);
-                    for (g, w) in got.iter().zip(&want) {
-                        assert!(
-                            (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
-                            "{isa:?} hd {hd} n {n}: {g} vs {w}"
-                        );
-                    }
-                    let mut mix = got_mix.clone();
-                    attn_mix(isa, &p, &k, stride, &mut mix);
-                    for (g, w) in mix.iter().zip(&want_mix) {
-                        assert!(
-                            (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
-                            "{isa:?} hd {hd} n {n}: {g} vs {w}"
-                        );
-                    }
-                }
-                got_mix.clear();
-            }
-        }
     }
 
     #[test]

@@ -8,9 +8,7 @@ use candle_core::quantized::gguf_file;
 use candle_core::Device;
 use formwork_models::quant::Isa;
 use formwork_models::registry;
-use formwork_models::runtime::{
-    load_file, load_with, Backend, DeviceChoice, LoadOptions, LoadedModel,
-};
+use formwork_models::runtime::{load_file, Backend, DeviceChoice, LoadOptions, LoadedModel};
 
 /// The index of the largest logit (the first one on ties).
 pub fn argmax(v: &[f32]) -> u32 {
@@ -102,27 +100,41 @@ pub fn cpu_options(backend: Backend) -> LoadOptions {
 
 /// SmolLM2 on the CPU with `backend`; None (after the `SKIPPED:` note) when absent.
 pub fn load_smollm2(backend: Backend) -> Option<LoadedModel> {
-    smollm2_present()
-        .then(|| load_with("smollm2-135m", cpu_options(backend)).expect("load smollm2"))
+    load_registry("smollm2-135m", cpu_options(backend))
 }
 
 /// Qwen2.5-Coder on the CPU with `backend`; None (after the `SKIPPED:` note) when absent.
 pub fn load_qwen2(backend: Backend) -> Option<LoadedModel> {
-    let path = qwen2_path()?;
-    Some(load_file(&path, "qwen2.5-coder-0.5b", cpu_options(backend)).expect("load qwen2"))
+    load_registry("qwen2.5-coder-0.5b", cpu_options(backend))
 }
 
 /// Gemma 3 270M on the CPU with `backend`; None (after the `SKIPPED:` note) when absent.
 pub fn load_gemma3(backend: Backend) -> Option<LoadedModel> {
-    std::env::set_var("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0");
-    let Some(path) = gemma3_path() else {
-        eprintln!(
-            "SKIPPED: Gemma 3 GGUF not found; run `formwork models fetch gemma3-270m` \
-             or set FORMWORK_GEMMA3_GGUF=/path/to/gemma-3-270m-q4_k_m.gguf"
-        );
-        return None;
+    load_registry("gemma3-270m", cpu_options(backend))
+}
+
+/// The registry model `name` (`smollm2-135m`, `qwen2.5-coder-0.5b` or `gemma3-270m`)
+/// with `options`; None (after the `SKIPPED:` note) when absent.
+pub fn load_registry(name: &str, options: LoadOptions) -> Option<LoadedModel> {
+    let path = match name {
+        "smollm2-135m" => {
+            smollm2_present().then(|| registry::model_path(registry::lookup(name).unwrap()))?
+        }
+        "qwen2.5-coder-0.5b" => qwen2_path()?,
+        "gemma3-270m" => {
+            std::env::set_var("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0");
+            let Some(path) = gemma3_path() else {
+                eprintln!(
+                    "SKIPPED: Gemma 3 GGUF not found; run `formwork models fetch gemma3-270m` \
+                     or set FORMWORK_GEMMA3_GGUF=/path/to/gemma-3-270m-q4_k_m.gguf"
+                );
+                return None;
+            };
+            path
+        }
+        other => panic!("no test loader for `{other}`"),
     };
-    Some(load_file(&path, "gemma3-270m", cpu_options(backend)).expect("load gemma3"))
+    Some(load_file(&path, name, options).unwrap_or_else(|e| panic!("load {name}: {e}")))
 }
 
 /// A model a test binary loads once and its tests share (they take snapshots).
