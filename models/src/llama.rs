@@ -340,9 +340,21 @@ enum Linear {
 }
 
 impl Linear {
-    fn new(q: QTensor) -> Result<Self> {
-        let (rows, cols) = q.shape().dims2()?;
-        let format = match q.dtype() {
+    /// The tensor `name`: ours read straight from the file into one buffer (no candle
+    /// tensor on the way, so load does not hold two copies of it), else candle's.
+    fn load<R: std::io::Seek + std::io::Read>(
+        ct: &gguf_file::Content,
+        reader: &mut R,
+        name: &str,
+    ) -> Result<Self> {
+        let err = |e: &dyn std::fmt::Display| {
+            candle_core::Error::Msg(format!("GGUF tensor `{name}`: {e}"))
+        };
+        let Some(info) = ct.tensor_infos.get(name) else {
+            return bail(format!("GGUF tensor `{name}` is missing"));
+        };
+        let (rows, cols) = info.shape.dims2().map_err(|e| err(&e))?;
+        let format = match info.ggml_dtype {
             GgmlDType::Q4_1 => Some(Format::Q4_1),
             GgmlDType::Q5_0 => Some(Format::Q5_0),
             GgmlDType::Q8_0 => Some(Format::Q8_0),
@@ -352,12 +364,19 @@ impl Linear {
         };
         match format {
             Some(f) if cols % f.block_elems() == 0 => {
-                let data = q.data()?.into_owned();
-                let m = QMatrix::new(f, rows, cols, data).map_err(candle_core::Error::Msg)?;
+                let mut data = vec![0u8; rows * f.row_bytes(cols)];
+                let at = ct.tensor_data_offset.saturating_add(info.offset);
+                reader
+                    .seek(std::io::SeekFrom::Start(at))
+                    .and_then(|_| reader.read_exact(&mut data))
+                    .map_err(|e| err(&e))?;
+                let m = QMatrix::new(f, rows, cols, data).map_err(|e| err(&e))?;
                 Ok(Self::Own(Arc::new(m)))
             }
             _ => Ok(Self::Candle {
-                mm: QMatMul::from_qtensor(q)?,
+                mm: QMatMul::from_qtensor(
+                    ct.tensor(reader, name, &Device::Cpu).map_err(|e| err(&e))?,
+                )?,
                 rows,
                 cols,
             }),
@@ -551,7 +570,7 @@ impl ModelWeights {
         }
         let cfg = Config::from_gguf(&ct)?;
         let cpu = Device::Cpu;
-        let mut tensor = |name: &str| {
+        let tensor = |reader: &mut R, name: &str| {
             ct.tensor(reader, name, &cpu)
                 .map_err(|e| candle_core::Error::Msg(format!("GGUF tensor `{name}`: {e}")))
         };
@@ -566,19 +585,18 @@ impl ModelWeights {
             Ok(v)
         };
 
-        let embd = tensor("token_embd.weight")?;
-        let (rows, cols) = embd.shape().dims2()?;
+        let embd_linear = Linear::load(&ct, reader, "token_embd.weight")?;
+        let (rows, cols) = (embd_linear.rows(), embd_linear.cols());
         if cols != cfg.hidden_size {
             return bail(format!(
                 "token_embd.weight is {rows} x {cols}, the embedding length is {}",
                 cfg.hidden_size
             ));
         }
-        let embd_linear = Linear::new(embd)?;
         let embed = match &embd_linear {
             Linear::Own(m) => Embedding::Own(m.clone()),
             Linear::Candle { .. } => {
-                let q = tensor("token_embd.weight")?;
+                let q = tensor(reader, "token_embd.weight")?;
                 Embedding::F32 {
                     table: Arc::new(vector(q, "token_embd.weight", rows * cols)?),
                     cols,
@@ -586,7 +604,7 @@ impl ModelWeights {
             }
         };
         let output = if ct.tensor_infos.contains_key("output.weight") {
-            Linear::new(tensor("output.weight")?)?
+            Linear::load(&ct, reader, "output.weight")?
         } else {
             embd_linear
         };
@@ -595,11 +613,15 @@ impl ModelWeights {
         let qd = cfg.q_dim();
         let hd = cfg.head_dim;
         let gemma = cfg.arch == Arch::Gemma3;
-        let norm = vector(tensor("output_norm.weight")?, "output_norm.weight", dim)?;
+        let norm = vector(
+            tensor(reader, "output_norm.weight")?,
+            "output_norm.weight",
+            dim,
+        )?;
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
             let p = format!("blk.{i}");
-            let mut lin = |n: &str| -> Result<Linear> { Linear::new(tensor(&format!("{p}.{n}"))?) };
+            let mut lin = |n: &str| Linear::load(&ct, reader, &format!("{p}.{n}"));
             let wq = lin("attn_q.weight")?;
             let wk = lin("attn_k.weight")?;
             let wv = lin("attn_v.weight")?;
@@ -609,7 +631,7 @@ impl ModelWeights {
             let down = lin("ffn_down.weight")?;
             let mut vec_of = |n: &str, len: usize| -> Result<Vec<f32>> {
                 let name = format!("{p}.{n}");
-                vector(tensor(&name)?, &name, len)
+                vector(tensor(reader, &name)?, &name, len)
             };
             let bias = if ct.tensor_infos.contains_key(&format!("{p}.attn_q.bias")) {
                 Some([
