@@ -238,7 +238,7 @@ pub(super) mod x86 {
 
     macro_rules! kernels {
         ($features:literal, $bb:expr, $unpack:ident, $token:ident, $isum:ident,
-         $dot:ident, $rows:ident, $tokens:ident) => {
+         $dot:ident, $tokens:ident) => {
             #[target_feature(enable = $features)]
             pub unsafe fn $dot(w: &[u8], a: Q8Row<'_>) -> f32 {
                 let (mut acc, mut macc) = (_mm256_setzero_ps(), _mm_setzero_ps());
@@ -247,20 +247,6 @@ pub(super) mod x86 {
                     $token!(u, a, sb, acc, macc, $isum);
                 }
                 finish(acc, macc)
-            }
-
-            /// Four rows (decoding).
-            #[target_feature(enable = $features)]
-            pub unsafe fn $rows(w: [&[u8]; 4], a: Q8Row<'_>) -> [f32; 4] {
-                let mut acc = [_mm256_setzero_ps(); 4];
-                let mut macc = [_mm_setzero_ps(); 4];
-                for sb in 0..w[0].len() / $bb {
-                    for r in 0..4 {
-                        let u = $unpack(&w[r][sb * $bb..][..$bb]);
-                        $token!(u, a, sb, acc[r], macc[r], $isum);
-                    }
-                }
-                std::array::from_fn(|r| finish(acc[r], macc[r]))
             }
 
             /// Four tokens share each unpacked super-block (prefill).
@@ -286,7 +272,6 @@ pub(super) mod x86 {
         q4_k_token,
         isum_u_avx2,
         dot_q4_k_avx2,
-        dot_4rows_q4_k_avx2,
         dot_4tokens_q4_k_avx2
     );
     kernels!(
@@ -296,7 +281,6 @@ pub(super) mod x86 {
         q4_k_token,
         isum_u_vnni,
         dot_q4_k_vnni,
-        dot_4rows_q4_k_vnni,
         dot_4tokens_q4_k_vnni
     );
     kernels!(
@@ -306,7 +290,6 @@ pub(super) mod x86 {
         q6_k_token,
         isum_s_avx2,
         dot_q6_k_avx2,
-        dot_4rows_q6_k_avx2,
         dot_4tokens_q6_k_avx2
     );
     kernels!(
@@ -316,7 +299,6 @@ pub(super) mod x86 {
         q6_k_token,
         isum_s_vnni,
         dot_q6_k_vnni,
-        dot_4rows_q6_k_vnni,
         dot_4tokens_q6_k_vnni
     );
 }
