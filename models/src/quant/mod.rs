@@ -36,7 +36,8 @@ pub enum Isa {
     Scalar,
     /// AVX2 + FMA + F16C.
     Avx2,
-    /// AVX2 plus AVX-512 VNNI on 256-bit registers (`vpdpbusd`).
+    /// AVX2 plus AVX-512 VNNI on 256-bit registers (`vpdpbusd`), with AVX-512 BW's
+    /// byte masks (Q5_0's fifth bits).
     Avx512Vnni,
 }
 
@@ -61,7 +62,10 @@ impl Isa {
                 && is_x86_feature_detected!("f16c")
             {
                 v.push(Isa::Avx2);
-                if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
+                if is_x86_feature_detected!("avx512vnni")
+                    && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512bw")
+                {
                     v.push(Isa::Avx512Vnni);
                 }
             }
@@ -309,7 +313,7 @@ fn check_row(f: Format, w: &[u8], a: Q8Row<'_>) {
 }
 
 // SAFETY (all SIMD arms below): `available()` yields `Avx2` only where the CPU has AVX2,
-// FMA and F16C, and `Avx512Vnni` only where it also has AVX-512 VNNI and VL; the
+// FMA and F16C, and `Avx512Vnni` only where it also has AVX-512 VNNI, VL and BW; the
 // lengths were checked by `check_row`.
 macro_rules! dispatch {
     ($isa:expr, $f:expr, $args:tt, $fallback:expr,
@@ -592,6 +596,14 @@ mod x86 {
         )
     }
 
+    /// `q5_0_weights` with AVX-512 BW: `qh` as a mask that adds 16 to its bytes.
+    #[inline(always)]
+    unsafe fn q5_0_weights_bw(p: *const u8) -> __m256i {
+        let qh = (p.add(2) as *const u32).read_unaligned();
+        let nib = nibbles(p.add(6));
+        _mm256_mask_add_epi8(nib, qh, nib, _mm256_set1_epi8(0x10))
+    }
+
     /// Q5_0: `[d, -16 d, 0, 0]`: `sum((q - 16) a) = sum(q a) - 16 sum(a)`.
     #[inline(always)]
     unsafe fn q5_0_dm(p: *const u8) -> __m128 {
@@ -733,9 +745,9 @@ mod x86 {
         dot_4tokens_q5_0_avx2
     );
     kernels!(
-        "avx2,fma,f16c,avx512vnni,avx512vl",
+        "avx2,fma,f16c,avx512vnni,avx512vl,avx512bw",
         22,
-        q5_0_weights,
+        q5_0_weights_bw,
         q5_0_dm,
         isum_u_vnni,
         dot_q5_0_vnni,
