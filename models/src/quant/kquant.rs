@@ -115,8 +115,8 @@ pub(super) fn dot_q6_k_scalar(w: &[u8], a: Q8Row<'_>) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 pub(super) mod x86 {
-    use super::super::x86::{act_ds, finish, isum_s_avx2, isum_s_vnni, isum_u_avx2, isum_u_vnni};
-    use super::super::{f16_at, Q8Row, QK};
+    use super::super::x86::{act_ds, f16_splat, finish, isum_u_avx2, isum_u_vnni};
+    use super::super::{Q8Row, QK};
     use super::scale_min_k4;
     use std::arch::x86_64::*;
 
@@ -129,7 +129,9 @@ pub(super) mod x86 {
 
     #[inline(always)]
     unsafe fn unpack_q4_k(b: &[u8]) -> Q4K {
-        let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+        // F16C, not `f16_at`: that one is a call, which spilled the unpacked block.
+        let d = _mm_cvtss_f32(f16_splat(b.as_ptr()));
+        let dmin = _mm_cvtss_f32(f16_splat(b.as_ptr().add(2)));
         let mask = _mm256_set1_epi8(0x0f);
         let mut w = [_mm256_setzero_si256(); 8];
         let mut dm = [_mm_setzero_ps(); 8];
@@ -146,7 +148,7 @@ pub(super) mod x86 {
     }
 
     /// A Q6_K super-block unpacked: 8 sub-blocks of signed weights (`q - 32`), each with
-    /// its two scales as i32 lanes (lanes 0..4 sum weights 0..16, lanes 4..8 the rest),
+    /// its two scales as i16 lanes (lanes 0..8 pair weights 0..16, lanes 8..16 the rest),
     /// and `[d, 0, 0, 0]`.
     struct Q6K {
         w: [__m256i; 8],
@@ -187,18 +189,29 @@ pub(super) mod x86 {
                 w[4 * h + g] = _mm256_sub_epi8(q, off);
             }
         }
-        let scales = _mm_loadu_si128(p.add(192) as *const __m128i);
-        let pick = _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+        // The 16 scales as i16: 0..8 in the low half, 8..16 in the high one. Sub-block j
+        // takes scale 2j in its low lane and 2j + 1 in its high one, from the half of
+        // `sc16` that holds them, copied to both lanes.
+        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(192) as *const __m128i));
+        let halves = [
+            _mm256_permute2x128_si256(sc16, sc16, 0x00),
+            _mm256_permute2x128_si256(sc16, sc16, 0x11),
+        ];
         let mut sc = [_mm256_setzero_si256(); 8];
         for (j, sc) in sc.iter_mut().enumerate() {
-            let idx = _mm_add_epi8(pick, _mm_set1_epi8(2 * j as i8));
-            *sc = _mm256_cvtepi8_epi32(_mm_shuffle_epi8(scales, idx));
+            let k = (4 * (j % 4)) as i8;
+            let idx = _mm256_setr_epi8(
+                k, k + 1, k, k + 1, k, k + 1, k, k + 1, k, k + 1, k, k + 1, k, k + 1, k, k + 1,
+                k + 2, k + 3, k + 2, k + 3, k + 2, k + 3, k + 2, k + 3,
+                k + 2, k + 3, k + 2, k + 3, k + 2, k + 3, k + 2, k + 3,
+            );
+            *sc = _mm256_shuffle_epi8(halves[j / 4], idx);
         }
-        let d = f16_at(b, 208);
+        let d = f16_splat(p.add(208));
         Q6K {
             w,
             sc,
-            dm: _mm_setr_ps(d, 0.0, 0.0, 0.0),
+            dm: _mm_mul_ps(d, _mm_setr_ps(1.0, 0.0, 0.0, 0.0)),
         }
     }
 
@@ -230,7 +243,10 @@ pub(super) mod x86 {
         ($u:expr, $a:expr, $sb:expr, $acc:expr, $macc:expr, $isum:ident) => {
             for j in 0..8 {
                 let ab = $sb * 8 + j;
-                let i = _mm256_mullo_epi32($isum($u.w[j], acts($a, ab)), $u.sc[j]);
+                // Pairs of |w| * a fit i16 (2 * 32 * 127), then times the scales into i32.
+                let w = $u.w[j];
+                let p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(acts($a, ab), w));
+                let i = _mm256_madd_epi16(p, $u.sc[j]);
                 step!($acc, $macc, i, $u.dm, $a, ab);
             }
         };
@@ -238,7 +254,7 @@ pub(super) mod x86 {
 
     macro_rules! kernels {
         ($features:literal, $bb:expr, $unpack:ident, $token:ident, $isum:ident,
-         $dot:ident, $rows:ident, $tokens:ident) => {
+         $dot:ident, $tokens:ident) => {
             #[target_feature(enable = $features)]
             pub unsafe fn $dot(w: &[u8], a: Q8Row<'_>) -> f32 {
                 let (mut acc, mut macc) = (_mm256_setzero_ps(), _mm_setzero_ps());
@@ -247,20 +263,6 @@ pub(super) mod x86 {
                     $token!(u, a, sb, acc, macc, $isum);
                 }
                 finish(acc, macc)
-            }
-
-            /// Four rows (decoding).
-            #[target_feature(enable = $features)]
-            pub unsafe fn $rows(w: [&[u8]; 4], a: Q8Row<'_>) -> [f32; 4] {
-                let mut acc = [_mm256_setzero_ps(); 4];
-                let mut macc = [_mm_setzero_ps(); 4];
-                for sb in 0..w[0].len() / $bb {
-                    for r in 0..4 {
-                        let u = $unpack(&w[r][sb * $bb..][..$bb]);
-                        $token!(u, a, sb, acc[r], macc[r], $isum);
-                    }
-                }
-                std::array::from_fn(|r| finish(acc[r], macc[r]))
             }
 
             /// Four tokens share each unpacked super-block (prefill).
@@ -286,7 +288,6 @@ pub(super) mod x86 {
         q4_k_token,
         isum_u_avx2,
         dot_q4_k_avx2,
-        dot_4rows_q4_k_avx2,
         dot_4tokens_q4_k_avx2
     );
     kernels!(
@@ -296,7 +297,6 @@ pub(super) mod x86 {
         q4_k_token,
         isum_u_vnni,
         dot_q4_k_vnni,
-        dot_4rows_q4_k_vnni,
         dot_4tokens_q4_k_vnni
     );
     kernels!(
@@ -304,9 +304,8 @@ pub(super) mod x86 {
         210,
         unpack_q6_k,
         q6_k_token,
-        isum_s_avx2,
+        isum_u_avx2,
         dot_q6_k_avx2,
-        dot_4rows_q6_k_avx2,
         dot_4tokens_q6_k_avx2
     );
     kernels!(
@@ -314,9 +313,8 @@ pub(super) mod x86 {
         210,
         unpack_q6_k,
         q6_k_token,
-        isum_s_vnni,
+        isum_u_vnni,
         dot_q6_k_vnni,
-        dot_4rows_q6_k_vnni,
         dot_4tokens_q6_k_vnni
     );
 }
