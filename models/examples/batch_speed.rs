@@ -22,7 +22,10 @@ const STEPS: usize = 32;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let name = args.first().cloned().unwrap_or_else(|| "smollm2-135m".into());
+    let name = args
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "smollm2-135m".into());
     let backend = match args.get(1).map(String::as_str) {
         None | Some("auto") => Backend::Auto,
         Some("formwork") => Backend::Formwork,
