@@ -1164,11 +1164,19 @@ fn project<const N: usize>(
     Ok(outs)
 }
 
+/// `a` (`rows x cols`, row-major) transposed, in tiles of 16 x 16 so that both sides are
+/// read and written a cache line at a time (a plain double loop strides a whole row per
+/// write: 7.6% of Gemma 3's prefill).
 fn transpose(a: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    const TILE: usize = 16;
     let mut t = vec![0f32; a.len()];
-    for r in 0..rows {
-        for c in 0..cols {
-            t[c * rows + r] = a[r * cols + c];
+    for r0 in (0..rows).step_by(TILE) {
+        for c0 in (0..cols).step_by(TILE) {
+            for r in r0..(r0 + TILE).min(rows) {
+                for c in c0..(c0 + TILE).min(cols) {
+                    t[c * rows + r] = a[r * cols + c];
+                }
+            }
         }
     }
     t
@@ -1247,4 +1255,27 @@ fn attend<E: KvElem>(
         *v *= inv;
     }
     attn_mix(isa, sc, v, stride, o);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::transpose;
+
+    /// The tiled transpose against the definition, on shapes around and across the tile.
+    #[test]
+    fn transpose_moves_every_value() {
+        for (rows, cols) in [(1, 1), (1, 33), (17, 1), (16, 16), (37, 5), (50, 70)] {
+            let a: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
+            let t = transpose(&a, rows, cols);
+            for r in 0..rows {
+                for c in 0..cols {
+                    assert_eq!(
+                        t[c * rows + r],
+                        a[r * cols + c],
+                        "{rows} x {cols} at ({r}, {c})"
+                    );
+                }
+            }
+        }
+    }
 }
