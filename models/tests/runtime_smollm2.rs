@@ -145,6 +145,7 @@ fn requantised_model_agrees_with_the_original() {
         device: DeviceChoice::Cpu,
         requantize: false,
         backend: Backend::Candle,
+        ..LoadOptions::default()
     };
     let mut orig = load_with("smollm2-135m", options).unwrap();
     let mut m = load_with(
