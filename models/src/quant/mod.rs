@@ -223,17 +223,25 @@ impl QMatrix {
             }
             return;
         }
-        // Prefill: each row's nibbles are unpacked once for four tokens.
-        for (i, out_row) in out.chunks_exact_mut(n).enumerate() {
-            let w = self.row(r0 + i);
+        // Prefill: each row's nibbles are unpacked once for four tokens. Rows go in groups
+        // of about 16 KB of weights, each group against every four tokens, so that the
+        // four tokens' activations stay in L1 across the group (the same sums either way).
+        let group = (16384 / self.row_bytes()).max(1);
+        for (g, out_rows) in out.chunks_mut(group * n).enumerate() {
             let mut t = 0;
             while t + 4 <= n {
                 let a = std::array::from_fn(|j| acts.token(t + j));
-                out_row[t..t + 4].copy_from_slice(&dot_4tokens(isa, self.format, w, a));
+                for (i, out_row) in out_rows.chunks_exact_mut(n).enumerate() {
+                    let w = self.row(r0 + g * group + i);
+                    out_row[t..t + 4].copy_from_slice(&dot_4tokens(isa, self.format, w, a));
+                }
                 t += 4;
             }
-            for (j, o) in out_row[t..].iter_mut().enumerate() {
-                *o = dot(isa, self.format, w, acts.token(t + j));
+            for (i, out_row) in out_rows.chunks_exact_mut(n).enumerate() {
+                let w = self.row(r0 + g * group + i);
+                for (j, o) in out_row[t..].iter_mut().enumerate() {
+                    *o = dot(isa, self.format, w, acts.token(t + j));
+                }
             }
         }
     }
