@@ -36,7 +36,10 @@ fn main() {
             continue;
         }
         let bytes = f.row_bytes(cols) * rows;
-        let mb: usize = std::env::var("KERNEL_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(192);
+        let mb: usize = std::env::var("KERNEL_MB")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(192);
         let count = ((mb << 20) / bytes).max(1);
         let mats: Vec<QMatrix> = (0..count)
             .map(|_| {
@@ -77,7 +80,11 @@ fn main() {
                 "| {name} | {isa:?} | {:.2} | {:.2} |{}",
                 total / best / 1e9,
                 best * 1e9 / blocks,
-                if check.is_finite() { "" } else { " (not finite)" }
+                if check.is_finite() {
+                    ""
+                } else {
+                    " (not finite)"
+                }
             );
         }
     }

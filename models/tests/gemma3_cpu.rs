@@ -169,19 +169,6 @@ fn sliding_window_is_honoured_at_prefill_and_decode() {
     assert!(d <= 0.2 * common::scale(&theirs), "{d}");
 }
 
-#[derive(serde::Deserialize)]
-struct Reference {
-    cases: Vec<ReferenceCase>,
-}
-
-#[derive(serde::Deserialize)]
-struct ReferenceCase {
-    prompt: String,
-    prompt_ids: Vec<u32>,
-    greedy_ids: Vec<u32>,
-    first_top5_logits: Vec<(u32, f32)>,
-}
-
 /// llama.cpp's greedy tokens on the same GGUF (`testdata/gemma3-greedy.json`), teacher
 /// forced: at every step llama.cpp's choice is our argmax or within `TIE` of it, at least
 /// 90% of steps agree exactly, and the first step's top-5 logits are within `LOGIT_TOL`.
@@ -190,8 +177,7 @@ fn greedy_tokens_agree_with_llama_cpp() {
     let Some(m) = ours() else { return };
     const TIE: f32 = 0.5;
     const LOGIT_TOL: f32 = 1.0;
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/gemma3-greedy.json");
-    let r: Reference = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let r = common::gemma_reference();
     let (mut steps, mut exact) = (0, 0);
     let mut model = m.model.snapshot();
     for c in &r.cases {

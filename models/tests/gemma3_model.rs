@@ -319,21 +319,6 @@ fn sliding_window_is_honoured_at_prefill_and_decode() {
     }
 }
 
-#[derive(serde::Deserialize)]
-struct Reference {
-    source: String,
-    cases: Vec<ReferenceCase>,
-}
-
-#[derive(serde::Deserialize)]
-struct ReferenceCase {
-    prompt: String,
-    prompt_ids: Vec<u32>,
-    greedy_ids: Vec<u32>,
-    greedy_text: String,
-    first_top5_logits: Vec<(u32, f32)>,
-}
-
 /// `testdata/gemma3-greedy.json` holds llama.cpp's greedy tokens on the same GGUF
 /// (recorded by `testdata/gemma3-greedy.py`; f16 KV cache, activations quantised as
 /// ours are, in another order). Both runs round differently, so a free-running greedy
@@ -349,8 +334,7 @@ fn greedy_tokens_agree_with_llama_cpp() {
     // first-step logit difference 0.79 (llama.cpp keeps K/V in f16; we keep f32).
     const TIE: f32 = 0.5;
     const LOGIT_TOL: f32 = 1.0;
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/gemma3-greedy.json");
-    let r: Reference = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let r = common::gemma_reference();
     let plain = load_with(&Options {
         requantize: false,
         ..Options::default()

@@ -200,6 +200,7 @@ pub(super) mod x86 {
         let mut sc = [_mm256_setzero_si256(); 8];
         for (j, sc) in sc.iter_mut().enumerate() {
             let k = (4 * (j % 4)) as i8;
+            #[rustfmt::skip]
             let idx = _mm256_setr_epi8(
                 k, k + 1, k, k + 1, k, k + 1, k, k + 1, k, k + 1, k, k + 1, k, k + 1, k, k + 1,
                 k + 2, k + 3, k + 2, k + 3, k + 2, k + 3, k + 2, k + 3,
@@ -245,7 +246,8 @@ pub(super) mod x86 {
                 let ab = $sb * 8 + j;
                 // Pairs of |w| * a fit i16 (2 * 32 * 127), then times the scales into i32.
                 let w = $u.w[j];
-                let p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(acts($a, ab), w));
+                let p =
+                    _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(acts($a, ab), w));
                 let i = _mm256_madd_epi16(p, $u.sc[j]);
                 step!($acc, $macc, i, $u.dm, $a, ab);
             }

@@ -281,3 +281,25 @@ pub fn assert_snapshots_independent(m: &LoadedModel, tol: f32) {
         assert!(d <= tol, "{what}: largest difference {d}");
     }
 }
+
+/// llama.cpp's greedy tokens on the Gemma 3 GGUF (`testdata/gemma3-greedy.json`, recorded
+/// by `testdata/gemma3-greedy.py`).
+#[derive(serde::Deserialize)]
+pub struct GemmaReference {
+    pub source: String,
+    pub cases: Vec<GemmaReferenceCase>,
+}
+
+#[derive(serde::Deserialize)]
+pub struct GemmaReferenceCase {
+    pub prompt: String,
+    pub prompt_ids: Vec<u32>,
+    pub greedy_ids: Vec<u32>,
+    pub greedy_text: String,
+    pub first_top5_logits: Vec<(u32, f32)>,
+}
+
+pub fn gemma_reference() -> GemmaReference {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/gemma3-greedy.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
