@@ -759,14 +759,6 @@ impl ModelWeights {
         self
     }
 
-    /// How this model's KV cache stores its values.
-    pub fn kv_type(&self) -> KvType {
-        match self.cache.first() {
-            Some(LayerCache::F16 { .. }) => KvType::F16,
-            _ => KvType::F32,
-        }
-    }
-
     /// Positions in the KV cache.
     pub fn cache_len(&self) -> usize {
         self.len
@@ -928,14 +920,12 @@ fn forward_impl(
             row.iter_mut().for_each(|v| *v *= cfg.embed_scale);
         }
     }
-    // Each row's (segment, index within the segment), and its position.
-    let mut rows: Vec<(usize, usize)> = Vec::with_capacity(n);
+    // Each row's segment and position.
+    let mut segment: Vec<usize> = Vec::with_capacity(n);
     let mut positions: Vec<usize> = Vec::with_capacity(n);
     for (s, &(toks, pos)) in segs.iter().enumerate() {
-        for t in 0..toks.len() {
-            rows.push((s, t));
-            positions.push(pos + t);
-        }
+        segment.extend(std::iter::repeat_n(s, toks.len()));
+        positions.extend(pos..pos + toks.len());
     }
     let global = RopeRows::new(&w.inv_freq, &positions);
     let local = RopeRows::new(&w.inv_freq_local, &positions);
@@ -968,7 +958,7 @@ fn forward_impl(
             r0 = r1;
         }
         let layer_caches: Vec<&LayerCache> = caches.iter().map(|c| &c[l]).collect();
-        let att = attention(isa, cfg, &q, &layer_caches, &positions, &rows, window);
+        let att = attention(isa, cfg, &q, &layer_caches, &segment, &positions, window);
         let [mut o] = project(isa, [&layer.wo], &att, n, &mut acts)?;
         if let Some([post_attn, _]) = &layer.post_norm {
             rms_norm_in_place(&mut o, post_attn, eps);
@@ -1050,14 +1040,8 @@ fn add_rows(x: &mut [f32], b: &[f32]) {
 
 /// Row-wise RMS norm of `x` (rows of `w.len()`), times `w`.
 fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
-    let dim = w.len();
-    for (xr, or) in x.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
-        let ss: f32 = xr.iter().map(|v| v * v).sum::<f32>() / dim as f32;
-        let s = 1.0 / (ss + eps).sqrt();
-        for ((o, v), g) in or.iter_mut().zip(xr).zip(w) {
-            *o = v * s * g;
-        }
-    }
+    out.copy_from_slice(x);
+    rms_norm_in_place(out, w, eps);
 }
 
 /// Row-wise RMS norm of `x` in place, rows of `w.len()` (Gemma's per-head norms, its
@@ -1182,16 +1166,16 @@ fn transpose(a: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     t
 }
 
-/// Causal attention of each new row over its own sequence's cache: row `r` is token
-/// `rows[r].1` of segment `rows[r].0`, at position `positions[r]`, and sees the positions
-/// up to its own in its segment's cache, or the last `window` of them on a local layer.
+/// Causal attention of each new row over its own sequence's cache: row `r` belongs to
+/// segment `segment[r]`, at position `positions[r]`, and sees the positions up to its own
+/// in its segment's cache, or the last `window` of them on a local layer.
 fn attention(
     isa: Isa,
     cfg: &Config,
     q: &[f32],
     caches: &[&LayerCache],
+    segment: &[usize],
     positions: &[usize],
-    rows: &[(usize, usize)],
     window: Option<usize>,
 ) -> Vec<f32> {
     let hd = cfg.head_dim;
@@ -1199,10 +1183,10 @@ fn attention(
     let group = heads / cfg.num_key_value_heads;
     let kvd = cfg.kv_dim();
     let scale = cfg.attn_scale;
-    let mut out = vec![0f32; rows.len() * heads * hd];
+    let mut out = vec![0f32; positions.len() * heads * hd];
     let one = |idx: usize, o: &mut [f32]| {
         let (r, h) = (idx / heads, idx % heads);
-        let c = caches[rows[r].0];
+        let c = caches[segment[r]];
         let g = h / group;
         let qh = &q[r * heads * hd + h * hd..][..hd];
         let end = positions[r] + 1;
