@@ -170,44 +170,14 @@ fn sliding_window_is_honoured_at_prefill_and_decode() {
 }
 
 /// llama.cpp's greedy tokens on the same GGUF (`testdata/gemma3-greedy.json`), teacher
-/// forced: at every step llama.cpp's choice is our argmax or within `TIE` of it, at least
-/// 90% of steps agree exactly, and the first step's top-5 logits are within `LOGIT_TOL`.
+/// forced as in `gemma3_model.rs` ([`common::assert_agrees_with_gemma_reference`]).
 #[test]
 fn greedy_tokens_agree_with_llama_cpp() {
     let Some(m) = ours() else { return };
-    const TIE: f32 = 0.5;
-    const LOGIT_TOL: f32 = 1.0;
-    let r = common::gemma_reference();
-    let (mut steps, mut exact) = (0, 0);
     let mut model = m.model.snapshot();
-    for c in &r.cases {
-        let mut logits = model.forward(&c.prompt_ids, 0).unwrap();
-        for &(t, want) in &c.first_top5_logits {
-            let got = logits[t as usize];
-            assert!(
-                (got - want).abs() < LOGIT_TOL,
-                "{:?}: logit of {t} is {got}, llama.cpp {want}",
-                c.prompt
-            );
-        }
-        let mut pos = c.prompt_ids.len();
-        for (k, &t) in c.greedy_ids.iter().enumerate() {
-            let best = argmax(&logits);
-            let gap = logits[best as usize] - logits[t as usize];
-            steps += 1;
-            if best == t {
-                exact += 1;
-            } else {
-                eprintln!(
-                    "{:?} step {k}: llama.cpp {t}, ours {best}, gap {gap:.3}",
-                    c.prompt
-                );
-            }
-            assert!(gap <= TIE, "{:?} step {k}: gap {gap}", c.prompt);
-            logits = model.forward(&[t], pos).unwrap();
-            pos += 1;
-        }
-    }
-    eprintln!("{exact} of {steps} steps pick llama.cpp's token exactly");
-    assert!(exact * 10 >= steps * 9, "only {exact} of {steps} exact");
+    common::assert_agrees_with_gemma_reference(
+        "CPU file",
+        |t, pos| model.forward(t, pos).unwrap(),
+        |t| m.tokenizer.decode(t).unwrap_or_default(),
+    );
 }
