@@ -449,6 +449,16 @@ pub enum KvType {
     F16,
 }
 
+impl KvType {
+    /// The `--kv-cache` value: `f32` or `f16`.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvType::F32 => "f32",
+            KvType::F16 => "f16",
+        }
+    }
+}
+
 /// One layer's cache: positions of `kv_dim` values, position-major, in f32 or f16.
 #[derive(Debug, Clone)]
 enum LayerCache {

@@ -773,7 +773,7 @@ pub struct Report {
     pub null_bias: f32,
     pub grounded: Option<crate::engine::ground::GroundMode>,
     /// `--kv-cache`: `f32` or `f16`.
-    pub kv_cache: String,
+    pub kv_cache: &'static str,
     pub overall: BTreeMap<String, Summary>,
     pub per_schema: BTreeMap<String, BTreeMap<String, Summary>>,
     pub peak_rss_mb: Option<f64>,
@@ -953,7 +953,7 @@ pub fn run(
         pick: cfg.pick,
         null_bias: cfg.opts.null_bias,
         grounded: cfg.opts.grounded,
-        kv_cache: format!("{:?}", engine.model().kv).to_lowercase(),
+        kv_cache: engine.model().kv.name(),
         overall,
         per_schema,
         peak_rss_mb: peak_rss_mb(),
@@ -1022,7 +1022,7 @@ pub fn markdown(r: &Report) -> String {
             Some(crate::engine::ground::GroundMode::Stated) => ", grounded",
             Some(crate::engine::ground::GroundMode::Distinct) => ", grounded (distinct)",
         },
-        if r.kv_cache == "f32" {
+        if r.kv_cache == formwork_models::llama::KvType::F32.name() {
             String::new()
         } else {
             format!(", {} KV cache", r.kv_cache)

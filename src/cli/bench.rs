@@ -23,12 +23,8 @@ pub struct BenchArgs {
     pub modes: Vec<BenchMode>,
     #[arg(long, env = "FORMWORK_MODEL", default_value = formwork_models::registry::DEFAULT_MODEL)]
     pub model: String,
-    #[arg(long, default_value = "auto")]
-    pub device: String,
-    /// How the KV cache stores keys and values: f32, or f16 (half the memory per
-    /// position; formwork's CPU model file only).
-    #[arg(long, value_enum, default_value = "f32")]
-    pub kv_cache: super::KvArg,
+    #[command(flatten)]
+    pub load: super::LoadArgs,
     /// Use only the first N records.
     #[arg(long)]
     pub limit: Option<usize>,
@@ -190,7 +186,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
         "dataset {} has no records",
         dataset.display()
     );
-    let loaded = crate::load_model_with(&a.model, super::load_options(&a.device, a.kv_cache)?)?;
+    let loaded = crate::load_model_with(&a.model, a.load.options()?)?;
     let mut engine = Engine::new(loaded);
     let cfg = BenchConfig {
         modes: a.modes.clone(),

@@ -34,13 +34,8 @@ pub struct ExtractArgs {
     /// Registry name, path to a .gguf file, or a Hugging Face repo id.
     #[arg(long, env = "FORMWORK_MODEL", default_value = formwork_models::registry::DEFAULT_MODEL)]
     pub model: String,
-    /// auto, cpu, cuda or metal.
-    #[arg(long, default_value = "auto")]
-    pub device: String,
-    /// How the KV cache stores keys and values: f32, or f16 (half the memory per
-    /// position; formwork's CPU model file only).
-    #[arg(long, value_enum, default_value = "f32")]
-    pub kv_cache: super::KvArg,
+    #[command(flatten)]
+    pub load: super::LoadArgs,
     #[arg(long, value_enum, default_value = "masked")]
     pub mode: super::ModeArg,
     /// Token budget for the answer (masked mode steers to a valid ending within it).
@@ -188,7 +183,7 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
         (None, None) => anyhow::bail!("give a document with --input FILE (or - for stdin), or a batch with --jsonl IN --out OUT"),
         (None, Some(_)) => None,
     };
-    let loaded = crate::load_model_with(&a.model, super::load_options(&a.device, a.kv_cache)?)?;
+    let loaded = crate::load_model_with(&a.model, a.load.options()?)?;
     let mut engine = Engine::new(loaded);
     if !engine.has_chat_template() {
         eprintln!(

@@ -42,13 +42,8 @@ pub struct GenerateArgs {
     /// Seed of the sampler (the output is reproducible for a given seed).
     #[arg(long, default_value_t = 299792458)]
     pub seed: u64,
-    /// Where to run: auto, cpu, cuda or metal (cuda and metal need the build feature).
-    #[arg(long, default_value = "auto")]
-    pub device: String,
-    /// How the KV cache stores keys and values: f32, or f16 (half the memory per
-    /// position; formwork's CPU model file only).
-    #[arg(long, value_enum, default_value = "f32")]
-    pub kv_cache: super::KvArg,
+    #[command(flatten)]
+    pub load: super::LoadArgs,
     /// CPU threads (default: CANDLE_NUM_THREADS, else one per physical core).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -120,7 +115,7 @@ fn per_copy(total: std::time::Duration, n: u64) -> f64 {
 pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     // Before candle starts its thread pool.
     runtime::configure_threads(args.threads);
-    let options = super::load_options(&args.device, args.kv_cache)?;
+    let options = args.load.options()?;
     if !(args.temperature >= 0.0) {
         anyhow::bail!("--temperature {}: must be 0 or more", args.temperature);
     }

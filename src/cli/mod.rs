@@ -79,18 +79,30 @@ cli_enum!(
     }
 );
 
-/// The load options of `--device` and `--kv-cache`.
-pub fn load_options(
-    device: &str,
-    kv: KvArg,
-) -> anyhow::Result<formwork_models::runtime::LoadOptions> {
-    Ok(formwork_models::runtime::LoadOptions {
-        device: device
-            .parse()
-            .map_err(|e| anyhow::anyhow!("--device: {e}"))?,
-        kv: kv.into(),
-        ..Default::default()
-    })
+/// Where and how a command loads its model: `--device` and `--kv-cache` (flattened into
+/// `generate`, `extract`, `bench` and `serve`).
+#[derive(clap::Args, Debug)]
+pub struct LoadArgs {
+    /// Where to run: auto, cpu, cuda or metal (cuda and metal need the build feature).
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+    /// How the KV cache stores keys and values: f32, or f16 (half the memory per
+    /// position; formwork's CPU model file only).
+    #[arg(long, value_enum, default_value = "f32")]
+    pub kv_cache: KvArg,
+}
+
+impl LoadArgs {
+    pub fn options(&self) -> anyhow::Result<formwork_models::runtime::LoadOptions> {
+        Ok(formwork_models::runtime::LoadOptions {
+            device: self
+                .device
+                .parse()
+                .map_err(|e| anyhow::anyhow!("--device: {e}"))?,
+            kv: self.kv_cache.into(),
+            ..Default::default()
+        })
+    }
 }
 
 pub fn parse_source_mode(s: &str) -> Result<formwork_grammar::source::SourceMode, String> {

@@ -45,13 +45,8 @@ pub struct ServeArgs {
     /// Seconds between `: ping` comments on a stream.
     #[arg(long, default_value_t = 10.0, hide = true)]
     pub keep_alive: f64,
-    /// Where to run: auto, cpu, cuda or metal (cuda and metal need the build feature).
-    #[arg(long, default_value = "auto")]
-    pub device: String,
-    /// How the KV cache stores keys and values: f32, or f16 (half the memory per
-    /// position; formwork's CPU model file only).
-    #[arg(long, value_enum, default_value = "f32")]
-    pub kv_cache: super::KvArg,
+    #[command(flatten)]
+    pub load: super::LoadArgs,
 }
 
 fn seconds(flag: &str, s: f64) -> anyhow::Result<Duration> {
@@ -64,7 +59,7 @@ fn seconds(flag: &str, s: f64) -> anyhow::Result<Duration> {
 pub fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
     let cfg = ServeConfig {
         model: a.model,
-        load: super::load_options(&a.device, a.kv_cache)?,
+        load: a.load.options()?,
         host: a.host,
         port: a.port,
         parallel: a.parallel as usize,
