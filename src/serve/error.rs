@@ -36,6 +36,21 @@ fn one_line(message: String) -> String {
         .collect()
 }
 
+/// A client's value as an error message quotes it: whole up to 64 characters, else its
+/// first 64 and how long it was, so that a 60 KB `role` makes a 400 of one short line.
+pub fn quote(value: &str) -> std::borrow::Cow<'_, str> {
+    const MAX: usize = 64;
+    match value.char_indices().nth(MAX) {
+        None => value.into(),
+        Some((end, _)) => format!(
+            "{}... ({} characters)",
+            &value[..end],
+            value.chars().count()
+        )
+        .into(),
+    }
+}
+
 /// Marks a response whose body is already an OpenAI error object, so the error
 /// normaliser in the middleware leaves it alone.
 #[derive(Clone, Copy, Debug)]

@@ -531,7 +531,10 @@ fn model_not_found(id: &str) -> ApiError {
         StatusCode::NOT_FOUND,
         "invalid_request_error",
         "model_not_found",
-        format!("The model '{id}' does not exist; this server serves one model (GET /v1/models)."),
+        format!(
+            "The model '{}' does not exist; this server serves one model (GET /v1/models).",
+            error::quote(id)
+        ),
     );
     e.param = Some("model".into());
     e

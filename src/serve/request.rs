@@ -6,7 +6,7 @@
 use formwork_models::chat::ChatMessage;
 use serde_json::{Map, Value};
 
-use super::error::ApiError;
+use super::error::{quote, ApiError};
 
 /// What the answer must be (`response_format` / `text.format`).
 #[derive(Clone, Debug, PartialEq)]
@@ -166,7 +166,7 @@ fn content_text(v: &Value, param: &str) -> Result<String, ApiError> {
                     other => {
                         return Err(ApiError::bad_param(
                             &format!("{pp}.type"),
-                            format!("Invalid value for '{pp}.type': '{other}' (expected 'text')."),
+                            format!("Invalid value for '{pp}.type': '{}' (expected 'text').", quote(other)),
                         ))
                     }
                 }
@@ -221,7 +221,7 @@ pub fn messages(v: Option<&Value>, param: &str) -> Result<Vec<ChatMessage>, ApiE
             other => {
                 return Err(ApiError::bad_param(
                     &format!("{p}.role"),
-                    format!("Invalid value for '{p}.role': '{other}'. Supported values are: 'system', 'developer', 'user' and 'assistant'."),
+                    format!("Invalid value for '{p}.role': '{}'. Supported values are: 'system', 'developer', 'user' and 'assistant'.", quote(other)),
                 ))
             }
         };
@@ -280,7 +280,7 @@ pub fn format(v: Option<&Value>, param: &str, flat_responses: bool) -> Result<Fo
         }
         other => Err(ApiError::bad_param(
             &format!("{param}.type"),
-            format!("Invalid value for '{param}.type': '{other}'. Supported values are: 'text', 'json_object' and 'json_schema'."),
+            format!("Invalid value for '{param}.type': '{}'. Supported values are: 'text', 'json_object' and 'json_schema'.", quote(other)),
         )),
     }
 }
@@ -481,7 +481,7 @@ pub fn responses(body: &[u8]) -> Result<ChatRequest, ApiError> {
                     Some(other) => {
                         return Err(ApiError::unsupported(
                             &format!("{p}.type"),
-                            format!("'{p}.type': input items of type '{other}' are not supported by this server."),
+                            format!("'{p}.type': input items of type '{}' are not supported by this server.", quote(other)),
                         ))
                     }
                 }
@@ -554,6 +554,25 @@ mod tests {
             chat(b).unwrap().max_tokens,
             Some((5, "max_completion_tokens"))
         );
+    }
+
+    #[test]
+    fn a_long_value_is_quoted_by_its_start_and_length() {
+        let role = "x".repeat(60_000);
+        let b = format!(r#"{{"model":"m","messages":[{{"role":"{role}","content":"hi"}}]}}"#);
+        let e = chat(b.as_bytes()).unwrap_err();
+        assert_eq!(e.status, 400);
+        assert_eq!(e.param.as_deref(), Some("messages[0].role"));
+        assert!(e.message.len() < 300, "{} bytes", e.message.len());
+        assert!(
+            e.message.contains(&format!("'{}... (60000 characters)'", "x".repeat(64))),
+            "{}",
+            e.message
+        );
+        // A short one is quoted whole, and a multi-byte character is never cut.
+        let short = quote("é".repeat(64).as_str()).into_owned();
+        assert_eq!(short, "é".repeat(64));
+        assert_eq!(quote(&"é".repeat(65)), format!("{}... (65 characters)", "é".repeat(64)));
     }
 
     #[test]

@@ -105,7 +105,10 @@ impl SchemaCache {
 }
 
 fn prefix(name: &str) -> String {
-    format!("Invalid schema for response_format '{name}':")
+    format!(
+        "Invalid schema for response_format '{}':",
+        super::error::quote(name)
+    )
 }
 
 fn compile(
