@@ -8,7 +8,7 @@
 //!
 //! The second argument picks the model file (`runtime::Backend`, default auto), so the
 //! CPU file and candle's can be compared in one run; the rest are the batch sizes
-//! (default 1 2 4 8 16).
+//! (default 1 2 4 8 16). First it prints the prefill tokens/s of `benches/prompt.txt`.
 //!
 //! Threads: `CANDLE_NUM_THREADS` (default: the physical cores).
 
@@ -47,6 +47,26 @@ fn main() {
         .tokenizer
         .encode("<|im_start|>user\nTell me a long story about a dragon and a knight.<|im_end|>\n<|im_start|>assistant\n")
         .expect("encode");
+    // Prefill first: the decode bench's prompt (benches/prompt.txt, about 200 tokens) in
+    // one forward pass on an empty cache, best of three.
+    let long = m
+        .tokenizer
+        .encode(include_str!("../../benches/prompt.txt"))
+        .expect("encode");
+    let best = (0..3)
+        .map(|_| {
+            let mut s = m.model.snapshot();
+            let started = Instant::now();
+            s.forward(&long, 0).expect("prefill");
+            started.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min);
+    println!(
+        "prefill: {} tokens in {:.1} ms = {:.1} tok/s (best of 3)\n",
+        long.len(),
+        best * 1000.0,
+        long.len() as f64 / best
+    );
     println!("| model | file | B | ms per pass | tokens/s | × B=1 |");
     println!("|---|---|---|---|---|---|");
     let mut base = 0.0;
