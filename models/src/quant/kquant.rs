@@ -267,14 +267,14 @@ pub(super) mod x86 {
                 finish(acc, macc)
             }
 
-            /// Four tokens share each unpacked super-block (prefill).
+            /// `N` tokens share each unpacked super-block (prefill, batched decode).
             #[target_feature(enable = $features)]
-            pub unsafe fn $tokens(w: &[u8], a: [Q8Row<'_>; 4]) -> [f32; 4] {
-                let mut acc = [_mm256_setzero_ps(); 4];
-                let mut macc = [_mm_setzero_ps(); 4];
+            pub unsafe fn $tokens<const N: usize>(w: &[u8], a: [Q8Row<'_>; N]) -> [f32; N] {
+                let mut acc = [_mm256_setzero_ps(); N];
+                let mut macc = [_mm_setzero_ps(); N];
                 for (sb, b) in w.chunks_exact($bb).enumerate() {
                     let u = $unpack(b);
-                    for t in 0..4 {
+                    for t in 0..N {
                         $token!(u, a[t], sb, acc[t], macc[t], $isum);
                     }
                 }
@@ -290,7 +290,7 @@ pub(super) mod x86 {
         q4_k_token,
         isum_u_avx2,
         dot_q4_k_avx2,
-        dot_4tokens_q4_k_avx2
+        dot_tokens_q4_k_avx2
     );
     kernels!(
         "avx2,fma,f16c,avx512vnni,avx512vl",
@@ -299,7 +299,7 @@ pub(super) mod x86 {
         q4_k_token,
         isum_u_vnni,
         dot_q4_k_vnni,
-        dot_4tokens_q4_k_vnni
+        dot_tokens_q4_k_vnni
     );
     kernels!(
         "avx2,fma,f16c",
@@ -308,7 +308,7 @@ pub(super) mod x86 {
         q6_k_token,
         isum_u_avx2,
         dot_q6_k_avx2,
-        dot_4tokens_q6_k_avx2
+        dot_tokens_q6_k_avx2
     );
     kernels!(
         "avx2,fma,f16c,avx512vnni,avx512vl",
@@ -317,6 +317,6 @@ pub(super) mod x86 {
         q6_k_token,
         isum_u_vnni,
         dot_q6_k_vnni,
-        dot_4tokens_q6_k_vnni
+        dot_tokens_q6_k_vnni
     );
 }

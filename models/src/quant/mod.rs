@@ -19,9 +19,9 @@
 //! differ only in the order of the f32 accumulation. Decoding takes one row at a time:
 //! tiles of four rows, which shared each load of the activations, read four interleaved
 //! streams of weights that the hardware prefetchers follow badly (`examples/kernel_speed`:
-//! Q8_0 at 5 GB/s against 17 GB/s one row at a time). Prefill tiles four tokens, which add
-//! in the same order as a single dot, so a token gets bit-identical results alone or in a
-//! batch.
+//! Q8_0 at 5 GB/s against 17 GB/s one row at a time). Prefill and batched decode tile up to four
+//! tokens, which add in the same order as a single dot, so a token gets bit-identical
+//! results alone or in a batch.
 
 use std::sync::OnceLock;
 
@@ -223,25 +223,42 @@ impl QMatrix {
             }
             return;
         }
-        // Prefill: each row's nibbles are unpacked once for four tokens. Rows go in groups
-        // of about 16 KB of weights, each group against every four tokens, so that the
-        // four tokens' activations stay in L1 across the group (the same sums either way).
+        // Prefill and batched decode: each row's blocks are unpacked once for up to four
+        // tokens. Rows go in groups of about 16 KB of weights, each group against every
+        // four tokens (then the one to three left), so that the tokens' activations stay
+        // in L1 across the group. Every (row, token) adds as `dot` does.
         let group = (16384 / self.row_bytes()).max(1);
         for (g, out_rows) in out.chunks_mut(group * n).enumerate() {
+            let row0 = r0 + g * group;
             let mut t = 0;
-            while t + 4 <= n {
-                let a = std::array::from_fn(|j| acts.token(t + j));
-                for (i, out_row) in out_rows.chunks_exact_mut(n).enumerate() {
-                    let w = self.row(r0 + g * group + i);
-                    out_row[t..t + 4].copy_from_slice(&dot_4tokens(isa, self.format, w, a));
+            while t < n {
+                match n - t {
+                    1 => self.tile::<1>(isa, row0, acts, t, out_rows),
+                    2 => self.tile::<2>(isa, row0, acts, t, out_rows),
+                    3 => self.tile::<3>(isa, row0, acts, t, out_rows),
+                    _ => self.tile::<4>(isa, row0, acts, t, out_rows),
                 }
-                t += 4;
+                t += (n - t).min(4);
             }
-            for (i, out_row) in out_rows.chunks_exact_mut(n).enumerate() {
-                let w = self.row(r0 + g * group + i);
-                for (j, o) in out_row[t..].iter_mut().enumerate() {
-                    *o = dot(isa, self.format, w, acts.token(t + j));
-                }
+        }
+    }
+
+    /// Tokens `t..t + N` against the rows from `row0` that `out_rows` holds (`n` each).
+    fn tile<const N: usize>(
+        &self,
+        isa: Isa,
+        row0: usize,
+        acts: &Q8Acts,
+        t: usize,
+        out_rows: &mut [f32],
+    ) {
+        let a: [Q8Row<'_>; N] = std::array::from_fn(|j| acts.token(t + j));
+        for (i, out_row) in out_rows.chunks_exact_mut(acts.n).enumerate() {
+            let w = self.row(row0 + i);
+            if N == 1 {
+                out_row[t] = dot(isa, self.format, w, a[0]);
+            } else {
+                out_row[t..t + N].copy_from_slice(&dot_tokens(isa, self.format, w, a));
             }
         }
     }
@@ -353,17 +370,18 @@ pub fn dot(isa: Isa, f: Format, w: &[u8], a: Q8Row<'_>) -> f32 {
     )
 }
 
-/// One weight row times four tokens' activations.
-pub fn dot_4tokens(isa: Isa, f: Format, w: &[u8], a: [Q8Row<'_>; 4]) -> [f32; 4] {
+/// One weight row times `N` tokens' activations (`N` >= 1), each adding in the order of
+/// [`dot`]: the row's blocks are unpacked once for all of them.
+pub fn dot_tokens<const N: usize>(isa: Isa, f: Format, w: &[u8], a: [Q8Row<'_>; N]) -> [f32; N] {
     for t in &a {
         check_row(f, w, *t);
     }
     dispatch!(isa, f, (w, a), a.map(|a| dot_scalar(f, w, a)),
-        Q4_1 => x86::dot_4tokens_q4_1_avx2, x86::dot_4tokens_q4_1_vnni;
-        Q5_0 => x86::dot_4tokens_q5_0_avx2, x86::dot_4tokens_q5_0_vnni;
-        Q8_0 => x86::dot_4tokens_q8_0_avx2, x86::dot_4tokens_q8_0_vnni;
-        Q4_K => kquant::x86::dot_4tokens_q4_k_avx2, kquant::x86::dot_4tokens_q4_k_vnni;
-        Q6_K => kquant::x86::dot_4tokens_q6_k_avx2, kquant::x86::dot_4tokens_q6_k_vnni;
+        Q4_1 => x86::dot_tokens_q4_1_avx2::<N>, x86::dot_tokens_q4_1_vnni::<N>;
+        Q5_0 => x86::dot_tokens_q5_0_avx2::<N>, x86::dot_tokens_q5_0_vnni::<N>;
+        Q8_0 => x86::dot_tokens_q8_0_avx2::<N>, x86::dot_tokens_q8_0_vnni::<N>;
+        Q4_K => kquant::x86::dot_tokens_q4_k_avx2::<N>, kquant::x86::dot_tokens_q4_k_vnni::<N>;
+        Q6_K => kquant::x86::dot_tokens_q6_k_avx2::<N>, kquant::x86::dot_tokens_q6_k_vnni::<N>;
     )
 }
 
@@ -562,15 +580,15 @@ mod x86 {
                 finish(acc, macc)
             }
 
-            /// Four tokens share each unpacked weight block (prefill).
+            /// `N` tokens share each unpacked weight block (prefill, batched decode).
             #[target_feature(enable = $features)]
-            pub unsafe fn $tokens(w: &[u8], a: [Q8Row<'_>; 4]) -> [f32; 4] {
-                let mut acc = [_mm256_setzero_ps(); 4];
-                let mut macc = [_mm_setzero_ps(); 4];
+            pub unsafe fn $tokens<const N: usize>(w: &[u8], a: [Q8Row<'_>; N]) -> [f32; N] {
+                let mut acc = [_mm256_setzero_ps(); N];
+                let mut macc = [_mm_setzero_ps(); N];
                 for b in 0..a[0].ds.len() {
                     let p = w.as_ptr().add(b * $bb);
                     let (wv, dm) = ($weights(p), $dm(p));
-                    for t in 0..4 {
+                    for t in 0..N {
                         step!(acc[t], macc[t], wv, dm, a[t], b, $isum);
                     }
                 }
@@ -586,7 +604,7 @@ mod x86 {
         q4_1_dm,
         isum_u_avx2,
         dot_q4_1_avx2,
-        dot_4tokens_q4_1_avx2
+        dot_tokens_q4_1_avx2
     );
     kernels!(
         "avx2,fma,f16c,avx512vnni,avx512vl",
@@ -595,7 +613,7 @@ mod x86 {
         q4_1_dm,
         isum_u_vnni,
         dot_q4_1_vnni,
-        dot_4tokens_q4_1_vnni
+        dot_tokens_q4_1_vnni
     );
     kernels!(
         "avx2,fma,f16c",
@@ -604,7 +622,7 @@ mod x86 {
         q5_0_dm,
         isum_u_avx2,
         dot_q5_0_avx2,
-        dot_4tokens_q5_0_avx2
+        dot_tokens_q5_0_avx2
     );
     kernels!(
         "avx2,fma,f16c,avx512vnni,avx512vl,avx512bw",
@@ -613,7 +631,7 @@ mod x86 {
         q5_0_dm,
         isum_u_vnni,
         dot_q5_0_vnni,
-        dot_4tokens_q5_0_vnni
+        dot_tokens_q5_0_vnni
     );
     kernels!(
         "avx2,fma,f16c",
@@ -622,7 +640,7 @@ mod x86 {
         q8_0_dm,
         isum_s_avx2,
         dot_q8_0_avx2,
-        dot_4tokens_q8_0_avx2
+        dot_tokens_q8_0_avx2
     );
     kernels!(
         "avx2,fma,f16c,avx512vnni,avx512vl",
@@ -631,7 +649,7 @@ mod x86 {
         q8_0_dm,
         isum_s_vnni,
         dot_q8_0_vnni,
-        dot_4tokens_q8_0_vnni
+        dot_tokens_q8_0_vnni
     );
 }
 
