@@ -565,14 +565,18 @@ mod tests {
         assert_eq!(e.param.as_deref(), Some("messages[0].role"));
         assert!(e.message.len() < 300, "{} bytes", e.message.len());
         assert!(
-            e.message.contains(&format!("'{}... (60000 characters)'", "x".repeat(64))),
+            e.message
+                .contains(&format!("'{}... (60000 characters)'", "x".repeat(64))),
             "{}",
             e.message
         );
         // A short one is quoted whole, and a multi-byte character is never cut.
         let short = quote("é".repeat(64).as_str()).into_owned();
         assert_eq!(short, "é".repeat(64));
-        assert_eq!(quote(&"é".repeat(65)), format!("{}... (65 characters)", "é".repeat(64)));
+        assert_eq!(
+            quote(&"é".repeat(65)),
+            format!("{}... (65 characters)", "é".repeat(64))
+        );
     }
 
     #[test]

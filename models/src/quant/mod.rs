@@ -216,17 +216,11 @@ impl QMatrix {
         assert_eq!(out.len() % n.max(1), 0);
         let rows = out.len() / n.max(1);
         assert!(r0 + rows <= self.rows);
-        if n == 1 {
-            // Decode: one row after another, a single stream of weights.
-            for (i, o) in out.iter_mut().enumerate() {
-                *o = dot(isa, self.format, self.row(r0 + i), acts.token(0));
-            }
-            return;
-        }
-        // Prefill and batched decode: each row's blocks are unpacked once for up to four
-        // tokens. Rows go in groups of about 16 KB of weights, each group against every
-        // four tokens (then the one to three left), so that the tokens' activations stay
-        // in L1 across the group. Every (row, token) adds as `dot` does.
+        // Each row's blocks are unpacked once for up to four tokens. Rows go in groups of
+        // about 16 KB of weights, each group against every four tokens (then the one to
+        // three left), so that the tokens' activations stay in L1 across the group. Every
+        // (row, token) adds as `dot` does. One token (decode) is `dot` row after row, a
+        // single stream of weights.
         let group = (16384 / self.row_bytes()).max(1);
         for (g, out_rows) in out.chunks_mut(group * n).enumerate() {
             let row0 = r0 + g * group;
