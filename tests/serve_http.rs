@@ -181,13 +181,12 @@ fn every_error_row_is_an_openai_error_and_the_server_keeps_serving() {
         "{content}"
     );
 
-    // 400 unsupported_parameter: tools, images, tool messages, n > 1.
-    let tools =
-        json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]);
+    // 400 unsupported_parameter: tools that are not functions, images, n > 1.
+    let tools = json!([{"type": "web_search"}]);
     let r = s.post(cc, &chat(json!({"tools": tools})));
     assert_eq!(
         assert_error(&r, 400, "unsupported_parameter")["param"],
-        "tools"
+        "tools[0].type"
     );
     let img = json!([{"role": "user", "content": [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]);
     let r = s.post(cc, &chat(json!({"messages": img})));
@@ -460,8 +459,9 @@ fn streaming_sends_role_deltas_finish_usage_and_done() {
 
     // An error after the stream began would be `data: {"error":…}`; an error found
     // before it is a plain OpenAI error with its status.
-    let bad =
-        chat(json!({"stream": true, "tools": [{"type": "function", "function": {"name": "f"}}]}));
+    let bad = chat(
+        json!({"stream": true, "tools": [{"type": "function", "function": {"name": "f f"}}]}),
+    );
     let (status, _, _, _) = read_sse(&s, &bad);
     assert_eq!(status, 400);
 }

@@ -84,6 +84,7 @@ pub mod sample;
 pub mod schema;
 pub mod source;
 pub mod toktrie;
+pub mod tools;
 
 pub use automaton::ByteAutomaton;
 pub use matcher::{CommitError, Grammar, GrammarStats, Matcher};

@@ -38,6 +38,9 @@ pub enum Constraint<'a> {
     },
     /// Unconstrained text.
     Text,
+    /// A turn with tools: calls, or the final answer (text, or the `response_format`
+    /// schema), under one grammar ([`super::tools`]).
+    Tools(&'a super::tools::Toolbox),
 }
 
 #[derive(Clone, Debug)]
@@ -53,6 +56,15 @@ pub struct ChatOptions {
     /// Shown to the model in the system message (a compact outline of the schema).
     /// The mask enforces the grammar whether or not it is given.
     pub schema_hint: Option<Value>,
+}
+
+/// The calls and content of a turn with tools.
+#[derive(Clone, Debug, Default)]
+pub struct ToolAnswer {
+    /// Name and arguments text of each call, in order.
+    pub calls: Vec<(String, String)>,
+    /// The answer when the turn made no call.
+    pub content: Option<String>,
 }
 
 impl Default for ChatOptions {
@@ -94,6 +106,8 @@ pub struct ChatAnswer {
     /// Nanoseconds of each full mask computation.
     pub mask_ns: Vec<u64>,
     pub ms: u64,
+    /// Under [`Constraint::Tools`]: what the turn did.
+    pub tools: Option<ToolAnswer>,
 }
 
 /// Why a request cannot run at all (before any token): the caller's fault.
@@ -141,13 +155,20 @@ impl Engine {
         if messages.is_empty() {
             return Err(ChatError::Empty);
         }
-        let messages = with_hint(messages, opts.schema_hint.as_ref());
+        let messages = with_hint(
+            messages,
+            opts.schema_hint.as_ref(),
+            matches!(constraint, Constraint::Tools(_)),
+        );
         let ids = self
             .prompt_tokens(&messages)
             .map_err(|e| ChatError::Prompt(format!("{e:#}")))?;
         let min = match constraint {
             Constraint::Schema { grammar, .. } => {
                 Matcher::new(grammar.clone(), self.trie.clone()).min_completion_tokens()
+            }
+            Constraint::Tools(t) => {
+                Matcher::new(t.grammar.clone(), self.trie.clone()).min_completion_tokens()
             }
             Constraint::Text => 0,
         };
@@ -174,6 +195,7 @@ impl Engine {
             tokens_forced: 0,
             mask_ns: Vec::new(),
             ms: 0,
+            tools: None,
         };
         let dopts = DecodeOptions {
             // The context bounds the budget too: a masked answer steered to fit it
@@ -188,6 +210,9 @@ impl Engine {
             match constraint {
                 Constraint::Schema { grammar, .. } => {
                     self.decode_under(grammar.clone(), &mut sampler, logits, ids.len(), &dopts)
+                }
+                Constraint::Tools(t) => {
+                    self.decode_under(t.grammar.clone(), &mut sampler, logits, ids.len(), &dopts)
                 }
                 Constraint::Text => {
                     let tok = &self.loaded.tokenizer;
@@ -238,13 +263,18 @@ impl Engine {
 }
 
 /// The conversation with the schema outline added to its system message (a new
-/// system message first when there is none).
-fn with_hint(messages: &[ChatMessage], hint: Option<&Value>) -> Vec<ChatMessage> {
+/// system message first when there is none). With tools, the outline is for the final
+/// answer only.
+fn with_hint(messages: &[ChatMessage], hint: Option<&Value>, tools: bool) -> Vec<ChatMessage> {
     let mut m = messages.to_vec();
     let Some(schema) = hint else { return m };
+    let lead = if tools {
+        "When you give your final answer instead of calling a function, reply with one JSON object of this shape, and nothing else"
+    } else {
+        "Reply with one JSON object of this shape, and nothing else"
+    };
     let text = format!(
-        "Reply with one JSON object of this shape, and nothing else \
-         (`a | b` lists the allowed values, `?` marks a key that may be left out):\n{}",
+        "{lead} (`a | b` lists the allowed values, `?` marks a key that may be left out):\n{}",
         super::prompt::schema_outline(schema)
     );
     match m.iter_mut().find(|x| x.role == "system") {
@@ -279,6 +309,9 @@ fn finish(
         }
         _ => None,
     };
+    if let Constraint::Tools(t) = constraint {
+        return finish_tools(answer, t, cut);
+    }
     if let Some(why) = cut {
         answer.verdict = VerdictKind::Incomplete;
         answer.message = Some(why.to_string());
@@ -291,6 +324,42 @@ fn finish(
         return;
     };
     let verdict = validator.check(&answer.text);
+    set_verdict(answer, verdict);
+}
+
+/// A turn with tools: the calls read back, each call's arguments checked by its
+/// tool's validator and a JSON answer by the answer's; the first failure is the verdict.
+fn finish_tools(answer: &mut ChatAnswer, t: &super::tools::Toolbox, cut: Option<&str>) {
+    let turn = super::tools::parse_turn(&answer.text);
+    answer.tools = Some(ToolAnswer {
+        calls: turn.calls.clone(),
+        content: turn.content.clone(),
+    });
+    if let Some(why) = cut.or(turn.partial.then_some("the run ended inside a call")) {
+        answer.verdict = VerdictKind::Incomplete;
+        answer.message = Some(why.to_string());
+        return;
+    }
+    answer.verdict = VerdictKind::Valid;
+    for (name, args) in &turn.calls {
+        let Some(v) = t.validators.get(name) else {
+            answer.verdict = VerdictKind::SchemaInvalid;
+            answer.message = Some(format!("a call names '{name}', which is not a tool"));
+            return;
+        };
+        set_verdict(answer, v.check(args));
+        if answer.verdict != VerdictKind::Valid {
+            answer.message = Some(format!("the arguments of a call to '{name}'"));
+            return;
+        }
+    }
+    answer.value = None;
+    if let (Some(text), Some(v), true) = (&turn.content, &t.answer, t.answer_is_json) {
+        set_verdict(answer, v.check(text));
+    }
+}
+
+fn set_verdict(answer: &mut ChatAnswer, verdict: Verdict) {
     let kind = match verdict {
         Verdict::Valid(v) => {
             answer.value = Some(v);

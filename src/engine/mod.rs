@@ -18,6 +18,7 @@ pub mod decode;
 pub mod ground;
 pub mod prompt;
 pub mod source;
+pub mod tools;
 pub mod workers;
 
 use std::sync::{Arc, Mutex};

@@ -47,7 +47,8 @@ use crate::sampling::Sampling;
 use error::{ApiError, Shaped};
 use pool::{Job, JobError, Pool};
 use request::{ChatRequest, Format};
-use schemas::{Compiled, SchemaCache};
+use schemas::{Compiled, CompiledTools, SchemaCache, ToolCache};
+use crate::engine::tools::{TurnEvent, TurnStream};
 
 /// Output tokens when the request names no budget (the context bounds it too).
 pub const DEFAULT_MAX_TOKENS: usize = 1024;
@@ -92,6 +93,7 @@ struct AppState {
     ready: OnceLock<Ready>,
     permits: Arc<Semaphore>,
     cache: Arc<SchemaCache>,
+    tools: Arc<ToolCache>,
     log: Mutex<Box<dyn Write + Send>>,
     metrics: PrometheusHandle,
     test_hooks: bool,
@@ -172,6 +174,7 @@ async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     let state: Shared = Arc::new(AppState {
         permits: Arc::new(Semaphore::new(cfg.parallel.max(1) + cfg.max_queue)),
         cache: Arc::new(SchemaCache::new(256)),
+        tools: Arc::new(ToolCache::new(256)),
         ready: OnceLock::new(),
         log: Mutex::new(log),
         metrics,
@@ -566,6 +569,8 @@ fn body_error(e: BytesRejection) -> ApiError {
 struct Admitted {
     req: ChatRequest,
     schema: Option<Arc<Compiled>>,
+    /// The request's tools, compiled (None without tools).
+    tools: Option<Arc<CompiledTools>>,
     cache_hit: Option<bool>,
     compile_ms: f64,
     model_id: String,
@@ -592,7 +597,35 @@ async fn admit(state: &Shared, req: ChatRequest, received: Instant) -> Result<Ad
             (Some(c), Some(hit), ms)
         }
     };
-    if let (Some(c), Some((n, param))) = (&schema, req.max_tokens) {
+    let tools = if req.tools.is_empty() {
+        None
+    } else {
+        let answer = schema.as_ref().map(|c| (c.value.clone(), c.validator.clone()));
+        let (t, _hit) = state
+            .tools
+            .get_or_compile(
+                &req.tools,
+                &req.tool_choice,
+                req.parallel_tool_calls,
+                answer,
+                ready.trie.clone(),
+            )
+            .await?;
+        Some(t)
+    };
+    if let (Some(t), Some((n, param))) = (&tools, req.max_tokens) {
+        if n < t.min_tokens {
+            return Err(ApiError::bad(
+                "max_tokens_too_small",
+                param,
+                format!(
+                    "'{param}' is {n}, but the shortest turn valid under tools and tool_choice takes {} tokens; give at least {}.",
+                    t.min_tokens, t.min_tokens
+                ),
+            ));
+        }
+    }
+    if let (Some(c), Some((n, param)), None) = (&schema, req.max_tokens, &tools) {
         if n < c.min_tokens {
             return Err(ApiError::bad(
                 "max_tokens_too_small",
@@ -623,6 +656,7 @@ async fn admit(state: &Shared, req: ChatRequest, received: Instant) -> Result<Ad
         context: ready.context,
         req,
         schema,
+        tools,
         cache_hit,
         compile_ms,
         permit,
@@ -664,6 +698,7 @@ fn submit(
     let job = Job {
         messages: a.req.messages.clone(),
         schema: a.schema.clone(),
+        tools: a.tools.clone(),
         opts: ChatOptions {
             max_tokens: a.req.max_tokens.map_or(DEFAULT_MAX_TOKENS, |(n, _)| n),
             sampling: Sampling::from_args(a.req.temperature, a.req.top_p),
@@ -722,7 +757,9 @@ fn answer_or_error(
 
 /// `finish_reason` and, for `length`, why.
 fn finish_reason(a: &ChatAnswer, context: Option<usize>) -> (&'static str, Option<&'static str>) {
+    let calls = a.tools.as_ref().is_some_and(|t| !t.calls.is_empty());
     match a.stop {
+        Stop::Eos | Stop::Finished if calls => ("tool_calls", None),
         Stop::Eos | Stop::Finished => ("stop", None),
         Stop::Timeout => ("length", Some("timeout")),
         Stop::Cancelled => ("length", Some("cancelled")),
@@ -733,7 +770,34 @@ fn finish_reason(a: &ChatAnswer, context: Option<usize>) -> (&'static str, Optio
                 Some(if ctx { "context_length" } else { "max_tokens" }),
             )
         }
+        Stop::Budget if calls => ("tool_calls", None),
         Stop::Budget => ("stop", None),
+    }
+}
+
+/// The id of call `i` of request `rid`: unique across requests.
+fn call_id(rid: &str, i: usize) -> String {
+    format!("call_{rid}_{i}")
+}
+
+/// The answer's `message` (chat completions): content, or `tool_calls` with null
+/// content when the turn made calls.
+fn chat_message(ans: &ChatAnswer, rid: &str) -> Value {
+    match &ans.tools {
+        Some(t) if !t.calls.is_empty() => {
+            let calls: Vec<Value> = t
+                .calls
+                .iter()
+                .enumerate()
+                .map(|(i, (name, args))| {
+                    json!({"id": call_id(rid, i), "type": "function",
+                           "function": {"name": name, "arguments": args}})
+                })
+                .collect();
+            json!({"role": "assistant", "content": null, "tool_calls": calls, "refusal": null})
+        }
+        Some(t) => json!({"role": "assistant", "content": t.content.clone().unwrap_or_default(), "refusal": null}),
+        None => json!({"role": "assistant", "content": ans.text, "refusal": null}),
     }
 }
 
@@ -758,7 +822,8 @@ fn formwork_object(a: &Admitted, ans: &ChatAnswer, incomplete: Option<&str>) -> 
         "cache_hit": a.cache_hit,
         "tokens_forced": ans.tokens_forced,
         "mask_us_p50": p50_us(&ans.mask_ns),
-        "verdict": if a.schema.is_some() { json!(ans.verdict) } else { Value::Null },
+        "verdict": if a.schema.is_some() || a.tools.is_some() { json!(ans.verdict) } else { Value::Null },
+        "tools_sha256": a.tools.as_ref().map(|t| t.sha256.clone()),
         "errors": errors,
         "incomplete_reason": incomplete,
     })
@@ -818,7 +883,7 @@ async fn chat_completions(
         "model": a.model_id,
         "choices": [{
             "index": 0,
-            "message": {"role": "assistant", "content": ans.text, "refusal": null},
+            "message": chat_message(&ans, &rid),
             "logprobs": null,
             "finish_reason": finish,
         }],
@@ -832,8 +897,64 @@ async fn chat_completions(
     Ok(r)
 }
 
-/// The streamed answer: a role chunk, content chunks of whole UTF-8 text, a final
-/// chunk with `finish_reason`, an optional usage chunk, then `[DONE]`.
+/// Chat-completion deltas from the growing text: content as it comes, or with tools,
+/// each call's first delta (index, id, type, name) and then its argument pieces, as the
+/// grammar's fixed wrapper shows where they are ([`TurnStream`]). With tools the role
+/// rides on the first delta, so a turn that calls sends no content at all.
+struct ChatDeltas {
+    turn: Option<TurnStream>,
+    rid: String,
+    role_sent: bool,
+}
+
+impl ChatDeltas {
+    fn new(tools: bool, rid: &str) -> ChatDeltas {
+        ChatDeltas {
+            turn: tools.then(TurnStream::default),
+            rid: rid.to_string(),
+            role_sent: !tools,
+        }
+    }
+
+    fn deltas(&mut self, text: &str) -> Vec<Value> {
+        let mut out: Vec<Value> = match &mut self.turn {
+            None => vec![json!({ "content": text })],
+            Some(ts) => ts
+                .feed(text)
+                .into_iter()
+                .filter_map(|ev| match ev {
+                    TurnEvent::Content(c) => Some(json!({ "content": c })),
+                    TurnEvent::CallStart { index, name } => Some(json!({"tool_calls": [{
+                        "index": index, "id": call_id(&self.rid, index), "type": "function",
+                        "function": {"name": name, "arguments": ""}}]})),
+                    TurnEvent::Arguments { index, piece } => Some(json!({"tool_calls": [{
+                        "index": index, "function": {"arguments": piece}}]})),
+                    TurnEvent::CallEnd { .. } => None,
+                })
+                .collect(),
+        };
+        if !self.role_sent {
+            if let Some(Value::Object(first)) = out.first_mut() {
+                first.insert("role".into(), json!("assistant"));
+                if !first.contains_key("content") {
+                    first.insert("content".into(), Value::Null);
+                }
+                self.role_sent = true;
+            }
+        }
+        out
+    }
+
+    /// The role delta, when no delta carried it (an empty answer).
+    fn role_if_unsent(&mut self) -> Option<Value> {
+        (!std::mem::replace(&mut self.role_sent, true))
+            .then(|| json!({"role": "assistant", "content": ""}))
+    }
+}
+
+/// The streamed answer: a role chunk, content chunks of whole UTF-8 text (or tool-call
+/// deltas), a final chunk with `finish_reason` (and `usage`, asked for or not: clients
+/// such as openai-agents only ask OpenAI for it), an optional usage chunk, then `[DONE]`.
 async fn stream(state: Shared, a: Admitted, rid: String) -> Result<Response, ApiError> {
     let (dtx, mut drx) = tmpsc::unbounded_channel::<String>();
     let (rx, cancel) = submit(&state, &a, Some(dtx))?;
@@ -857,6 +978,7 @@ async fn stream(state: Shared, a: Admitted, rid: String) -> Result<Response, Api
     };
     let include_usage = a.req.include_usage;
     let info = log_info(&a, None, None);
+    let mut deltas = ChatDeltas::new(a.tools.is_some(), &rid);
     tokio::spawn(async move {
         let guard = CancelOnDrop(cancel, true);
         let send = |v: Value| Ok(Event::default().data(v.to_string()));
@@ -865,7 +987,9 @@ async fn stream(state: Shared, a: Admitted, rid: String) -> Result<Response, Api
         } else {
             None
         };
-        if etx
+        if !deltas.role_sent {
+            // With tools the role waits for the first delta.
+        } else if etx
             .send(send(chunk(
                 json!({"role": "assistant", "content": ""}),
                 Value::Null,
@@ -883,8 +1007,10 @@ async fn stream(state: Shared, a: Admitted, rid: String) -> Result<Response, Api
                 d = drx.recv() => match d {
                     Some(text) => {
                         sent.push_str(&text);
-                        if etx.send(send(chunk(json!({"content": text}), Value::Null, usage_null.clone()))).await.is_err() {
-                            return;
+                        for delta in deltas.deltas(&text) {
+                            if etx.send(send(chunk(delta, Value::Null, usage_null.clone()))).await.is_err() {
+                                return;
+                            }
                         }
                     }
                     None => break (&mut rx).await,
@@ -896,16 +1022,14 @@ async fn stream(state: Shared, a: Admitted, rid: String) -> Result<Response, Api
         // Deltas still in the channel when the answer came.
         while let Ok(text) = drx.try_recv() {
             sent.push_str(&text);
-            if etx
-                .send(send(chunk(
-                    json!({"content": text}),
-                    Value::Null,
-                    usage_null.clone(),
-                )))
-                .await
-                .is_err()
-            {
-                return;
+            for delta in deltas.deltas(&text) {
+                if etx
+                    .send(send(chunk(delta, Value::Null, usage_null.clone())))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
             }
         }
         match answer_or_error(result) {
@@ -914,20 +1038,24 @@ async fn stream(state: Shared, a: Admitted, rid: String) -> Result<Response, Api
             }
             Ok(ans) => {
                 record_tokens(&ans);
+                let mut tail = Vec::new();
                 if let Some(rest) = ans.text.strip_prefix(sent.as_str()) {
                     if !rest.is_empty() {
-                        let _ = etx
-                            .send(send(chunk(
-                                json!({"content": rest}),
-                                Value::Null,
-                                usage_null.clone(),
-                            )))
-                            .await;
+                        tail = deltas.deltas(rest);
                     }
+                }
+                tail.extend(deltas.role_if_unsent());
+                for delta in tail {
+                    let _ = etx
+                        .send(send(chunk(delta, Value::Null, usage_null.clone())))
+                        .await;
                 }
                 let (finish, incomplete) = finish_reason(&ans, Some(a.context));
                 let mut last = chunk(json!({}), json!(finish), usage_null.clone());
                 last["formwork"] = formwork_object(&a, &ans, incomplete);
+                if !include_usage {
+                    last["usage"] = usage(&ans);
+                }
                 let _ = etx.send(send(last)).await;
                 if include_usage {
                     let mut u = chunk(json!({}), Value::Null, Some(usage(&ans)));
@@ -949,7 +1077,8 @@ async fn stream(state: Shared, a: Admitted, rid: String) -> Result<Response, Api
 }
 
 /// `POST /v1/responses`: the same path as chat completions, answered as a Response
-/// object (`output[0]` a message with one `output_text`).
+/// object: `output` is a message with one `output_text`, or one `function_call` item
+/// per call. Streamed, it is the Responses API's typed events.
 async fn responses(
     State(state): State<Shared>,
     Extension(RequestId(rid)): Extension<RequestId>,
@@ -958,55 +1087,388 @@ async fn responses(
     let received = Instant::now();
     let body = body.map_err(body_error)?;
     let req = request::responses(&body)?;
-    let format_echo = match &req.format {
-        Format::Text => json!({"type": "text"}),
-        Format::JsonObject => json!({"type": "json_object"}),
-        Format::Schema { name, schema } => {
-            json!({"type": "json_schema", "name": name, "schema": schema, "strict": true})
-        }
-    };
+    let echo = ResponseEcho::of(&req);
     let a = admit(&state, req, received).await?;
+    if a.req.stream {
+        return responses_stream(state, a, rid, echo).await;
+    }
     let (rx, cancel) = submit(&state, &a, None)?;
     let mut guard = CancelOnDrop(cancel, true);
     let ans = answer_or_error(rx.await)?;
     guard.1 = false;
-    let (finish, incomplete) = finish_reason(&ans, Some(a.context));
+    let (finish, _) = finish_reason(&ans, Some(a.context));
     record_tokens(&ans);
-    let complete = finish == "stop";
-    let body = json!({
-        "id": format!("resp_{rid}"),
-        "object": "response",
-        "created_at": unix_now(),
-        "status": if complete { "completed" } else { "incomplete" },
-        "error": null,
-        "incomplete_details": if complete { Value::Null } else { json!({"reason": "max_output_tokens"}) },
-        "instructions": null,
-        "max_output_tokens": a.req.max_tokens.map(|(n, _)| n),
-        "model": a.model_id,
-        "output": [{
-            "type": "message",
-            "id": format!("msg_{rid}"),
-            "status": if complete { "completed" } else { "incomplete" },
-            "role": "assistant",
-            "content": [{"type": "output_text", "text": ans.text, "annotations": []}],
-        }],
-        "parallel_tool_calls": false,
-        "temperature": a.req.temperature,
-        "tool_choice": "none",
-        "tools": [],
-        "top_p": a.req.top_p,
-        "text": {"format": format_echo},
-        "usage": {
-            "input_tokens": ans.tokens_prompt,
-            "input_tokens_details": {"cached_tokens": ans.tokens_cached},
-            "output_tokens": ans.tokens_completion,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": ans.tokens_prompt + ans.tokens_completion,
-        },
-        "formwork": formwork_object(&a, &ans, incomplete),
-    });
+    let body = response_object(&a, Some(&ans), &rid, &echo);
     let mut r = axum::Json(body).into_response();
     r.extensions_mut()
         .insert(log_info(&a, Some(&ans), Some(finish)));
+    Ok(r)
+}
+
+/// What a Response object echoes of its request.
+#[derive(Clone)]
+struct ResponseEcho {
+    format: Value,
+    tools: Value,
+    tool_choice: Value,
+    parallel_tool_calls: bool,
+    created: u64,
+}
+
+impl ResponseEcho {
+    fn of(req: &ChatRequest) -> ResponseEcho {
+        use crate::engine::tools::ToolChoice;
+        let format = match &req.format {
+            Format::Text => json!({"type": "text"}),
+            Format::JsonObject => json!({"type": "json_object"}),
+            Format::Schema { name, schema } => {
+                json!({"type": "json_schema", "name": name, "schema": schema, "strict": true})
+            }
+        };
+        let tools = req
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "name": t.name, "description": t.description,
+                       "parameters": t.parameters, "strict": t.strict.unwrap_or(false)})
+            })
+            .collect();
+        let tool_choice = match &req.tool_choice {
+            ToolChoice::None => json!("none"),
+            ToolChoice::Auto => json!("auto"),
+            ToolChoice::Required => json!("required"),
+            ToolChoice::Only { names, required } if names.len() == 1 && *required => {
+                json!({"type": "function", "name": names[0]})
+            }
+            ToolChoice::Only { names, required } => json!({
+                "type": "allowed_tools",
+                "mode": if *required { "required" } else { "auto" },
+                "tools": names.iter().map(|n| json!({"type": "function", "name": n})).collect::<Vec<_>>(),
+            }),
+        };
+        ResponseEcho {
+            format,
+            tools: Value::Array(tools),
+            tool_choice,
+            parallel_tool_calls: req.parallel_tool_calls,
+            created: unix_now(),
+        }
+    }
+}
+
+/// The `output` items of an answer.
+fn response_output(ans: &ChatAnswer, rid: &str, complete: bool) -> Vec<Value> {
+    match &ans.tools {
+        Some(t) if !t.calls.is_empty() => t
+            .calls
+            .iter()
+            .enumerate()
+            .map(|(i, (name, args))| function_call_item(rid, i, name, args, "completed"))
+            .collect(),
+        other => {
+            let text = match other {
+                Some(t) => t.content.clone().unwrap_or_default(),
+                None => ans.text.clone(),
+            };
+            vec![message_item(rid, &text, complete)]
+        }
+    }
+}
+
+fn function_call_item(rid: &str, i: usize, name: &str, args: &str, status: &str) -> Value {
+    json!({"type": "function_call", "id": format!("fc_{rid}_{i}"), "call_id": call_id(rid, i),
+           "name": name, "arguments": args, "status": status})
+}
+
+fn message_item(rid: &str, text: &str, complete: bool) -> Value {
+    json!({
+        "type": "message",
+        "id": format!("msg_{rid}"),
+        "status": if complete { "completed" } else { "incomplete" },
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    })
+}
+
+/// The Response object: `in_progress` with no output before the answer (`ans` None),
+/// then `completed` or `incomplete`.
+fn response_object(a: &Admitted, ans: Option<&ChatAnswer>, rid: &str, echo: &ResponseEcho) -> Value {
+    let (status, incomplete_details, output, usage, formwork) = match ans {
+        None => ("in_progress", Value::Null, Vec::new(), Value::Null, Value::Null),
+        Some(ans) => {
+            let (finish, incomplete) = finish_reason(ans, Some(a.context));
+            let complete = finish != "length";
+            (
+                if complete { "completed" } else { "incomplete" },
+                if complete {
+                    Value::Null
+                } else {
+                    json!({"reason": "max_output_tokens"})
+                },
+                response_output(ans, rid, complete),
+                json!({
+                    "input_tokens": ans.tokens_prompt,
+                    "input_tokens_details": {"cached_tokens": ans.tokens_cached},
+                    "output_tokens": ans.tokens_completion,
+                    "output_tokens_details": {"reasoning_tokens": 0},
+                    "total_tokens": ans.tokens_prompt + ans.tokens_completion,
+                }),
+                formwork_object(a, ans, incomplete),
+            )
+        }
+    };
+    json!({
+        "id": format!("resp_{rid}"),
+        "object": "response",
+        "created_at": echo.created,
+        "status": status,
+        "error": null,
+        "incomplete_details": incomplete_details,
+        "instructions": null,
+        "max_output_tokens": a.req.max_tokens.map(|(n, _)| n),
+        "model": a.model_id,
+        "output": output,
+        "parallel_tool_calls": echo.parallel_tool_calls,
+        "temperature": a.req.temperature,
+        "tool_choice": echo.tool_choice,
+        "tools": echo.tools,
+        "top_p": a.req.top_p,
+        "text": {"format": echo.format},
+        "usage": usage,
+        "formwork": formwork,
+    })
+}
+
+/// The Responses API's stream events from the growing text: `response.output_item.added`
+/// for the message or each call, then `response.output_text.delta` or
+/// `response.function_call_arguments.delta`, and the `.done` events as each item ends.
+struct ResponseEvents {
+    turn: TurnStream,
+    rid: String,
+    seq: u64,
+    /// The item open now: (output index, call name; None for the message).
+    open: Option<(usize, Option<String>)>,
+    /// Its text or arguments so far.
+    acc: String,
+    next_index: usize,
+}
+
+impl ResponseEvents {
+    fn new(rid: &str, tools: bool) -> ResponseEvents {
+        ResponseEvents {
+            turn: if tools {
+                TurnStream::default()
+            } else {
+                TurnStream::content_only()
+            },
+            rid: rid.to_string(),
+            seq: 0,
+            open: None,
+            acc: String::new(),
+            next_index: 0,
+        }
+    }
+
+    fn event(&mut self, ty: &str, mut body: Value) -> Value {
+        body["type"] = json!(ty);
+        body["sequence_number"] = json!(self.seq);
+        self.seq += 1;
+        body
+    }
+
+    fn open_message(&mut self, out: &mut Vec<Value>) {
+        let i = self.next_index;
+        self.next_index += 1;
+        self.open = Some((i, None));
+        let item = json!({"type": "message", "id": format!("msg_{}", self.rid), "status": "in_progress",
+                          "role": "assistant", "content": []});
+        let e = self.event("response.output_item.added", json!({"output_index": i, "item": item}));
+        out.push(e);
+        let e = self.event(
+            "response.content_part.added",
+            json!({"item_id": format!("msg_{}", self.rid), "output_index": i, "content_index": 0,
+                   "part": {"type": "output_text", "text": "", "annotations": []}}),
+        );
+        out.push(e);
+    }
+
+    /// Closes the open item (the message, or a call).
+    fn close(&mut self, out: &mut Vec<Value>, complete: bool) {
+        let Some((i, name)) = self.open.take() else { return };
+        let acc = std::mem::take(&mut self.acc);
+        match name {
+            None => {
+                let id = format!("msg_{}", self.rid);
+                let part = json!({"type": "output_text", "text": acc, "annotations": []});
+                let e = self.event(
+                    "response.output_text.done",
+                    json!({"item_id": id, "output_index": i, "content_index": 0, "text": acc, "logprobs": []}),
+                );
+                out.push(e);
+                let e = self.event(
+                    "response.content_part.done",
+                    json!({"item_id": id, "output_index": i, "content_index": 0, "part": part}),
+                );
+                out.push(e);
+                let item = message_item(&self.rid, &acc, complete);
+                let e = self.event("response.output_item.done", json!({"output_index": i, "item": item}));
+                out.push(e);
+            }
+            Some(name) => {
+                let item_id = format!("fc_{}_{i}", self.rid);
+                let e = self.event(
+                    "response.function_call_arguments.done",
+                    json!({"item_id": item_id, "output_index": i, "name": name, "arguments": acc}),
+                );
+                out.push(e);
+                let item = function_call_item(&self.rid, i, &name, &acc, "completed");
+                let e = self.event("response.output_item.done", json!({"output_index": i, "item": item}));
+                out.push(e);
+            }
+        }
+    }
+
+    fn feed(&mut self, text: &str) -> Vec<Value> {
+        let mut out = Vec::new();
+        for ev in self.turn.feed(text) {
+            match ev {
+                TurnEvent::Content(c) => {
+                    if self.open.is_none() {
+                        self.open_message(&mut out);
+                    }
+                    self.acc.push_str(&c);
+                    let (i, _) = self.open.clone().unwrap_or((0, None));
+                    let e = self.event(
+                        "response.output_text.delta",
+                        json!({"item_id": format!("msg_{}", self.rid), "output_index": i,
+                               "content_index": 0, "delta": c, "logprobs": []}),
+                    );
+                    out.push(e);
+                }
+                TurnEvent::CallStart { index, name } => {
+                    let i = self.next_index;
+                    self.next_index += 1;
+                    self.open = Some((i, Some(name.clone())));
+                    let item = function_call_item(&self.rid, index, &name, "", "in_progress");
+                    let e = self.event("response.output_item.added", json!({"output_index": i, "item": item}));
+                    out.push(e);
+                }
+                TurnEvent::Arguments { index, piece } => {
+                    self.acc.push_str(&piece);
+                    let i = self.open.as_ref().map_or(index, |o| o.0);
+                    let e = self.event(
+                        "response.function_call_arguments.delta",
+                        json!({"item_id": format!("fc_{}_{index}", self.rid), "output_index": i, "delta": piece}),
+                    );
+                    out.push(e);
+                }
+                TurnEvent::CallEnd { .. } => self.close(&mut out, true),
+            }
+        }
+        out
+    }
+}
+
+/// `/v1/responses` streamed: `response.created`, `response.in_progress`, the items'
+/// events as the text grows, then `response.completed` (or `response.incomplete`)
+/// with the whole Response, usage included.
+async fn responses_stream(
+    state: Shared,
+    a: Admitted,
+    rid: String,
+    echo: ResponseEcho,
+) -> Result<Response, ApiError> {
+    let (dtx, mut drx) = tmpsc::unbounded_channel::<String>();
+    let (rx, cancel) = submit(&state, &a, Some(dtx))?;
+    let (etx, erx) = tmpsc::channel::<Result<Event, std::convert::Infallible>>(64);
+    let info = log_info(&a, None, None);
+    tokio::spawn(async move {
+        let guard = CancelOnDrop(cancel, true);
+        let send = |v: Value| {
+            let ty = v["type"].as_str().unwrap_or("").to_string();
+            Ok(Event::default().event(ty).data(v.to_string()))
+        };
+        let mut ev = ResponseEvents::new(&rid, a.tools.is_some());
+        let pending = response_object(&a, None, &rid, &echo);
+        for ty in ["response.created", "response.in_progress"] {
+            let e = ev.event(ty, json!({"response": pending}));
+            if etx.send(send(e)).await.is_err() {
+                return;
+            }
+        }
+        let mut sent = String::new();
+        let mut rx = rx;
+        let result = loop {
+            tokio::select! {
+                d = drx.recv() => match d {
+                    Some(text) => {
+                        sent.push_str(&text);
+                        for e in ev.feed(&text) {
+                            if etx.send(send(e)).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    None => break (&mut rx).await,
+                },
+                r = &mut rx => break r,
+                _ = etx.closed() => return,
+            }
+        };
+        while let Ok(text) = drx.try_recv() {
+            sent.push_str(&text);
+            for e in ev.feed(&text) {
+                if etx.send(send(e)).await.is_err() {
+                    return;
+                }
+            }
+        }
+        match answer_or_error(result) {
+            Err(e) => {
+                let body = e.body();
+                let err = ev.event(
+                    "error",
+                    json!({"code": body["error"]["code"], "message": body["error"]["message"],
+                           "param": body["error"]["param"]}),
+                );
+                let _ = etx.send(send(err)).await;
+            }
+            Ok(ans) => {
+                record_tokens(&ans);
+                let mut tail = Vec::new();
+                if let Some(rest) = ans.text.strip_prefix(sent.as_str()) {
+                    if !rest.is_empty() {
+                        tail = ev.feed(rest);
+                    }
+                }
+                let (finish, _) = finish_reason(&ans, Some(a.context));
+                let complete = finish != "length";
+                let is_calls = ans.tools.as_ref().is_some_and(|t| !t.calls.is_empty());
+                if ev.open.is_none() && ev.next_index == 0 && !is_calls {
+                    // An empty answer still has its message item.
+                    ev.open_message(&mut tail);
+                }
+                ev.close(&mut tail, complete);
+                for e in tail {
+                    let _ = etx.send(send(e)).await;
+                }
+                let done = response_object(&a, Some(&ans), &rid, &echo);
+                let ty = if complete {
+                    "response.completed"
+                } else {
+                    "response.incomplete"
+                };
+                let e = ev.event(ty, json!({ "response": done }));
+                let _ = etx.send(send(e)).await;
+            }
+        }
+        let mut guard = guard;
+        guard.1 = false;
+        drop(a.permit);
+    });
+    let sse = Sse::new(tokio_stream::wrappers::ReceiverStream::new(erx))
+        .keep_alive(KeepAlive::new().interval(state.cfg.keep_alive).text("ping"));
+    let mut r = sse.into_response();
+    r.extensions_mut().insert(info);
     Ok(r)
 }

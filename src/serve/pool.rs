@@ -20,7 +20,7 @@ use std::time::Instant;
 use formwork_models::chat::ChatMessage;
 use tokio::sync::{mpsc as tmpsc, oneshot};
 
-use super::schemas::Compiled;
+use super::schemas::{Compiled, CompiledTools};
 use crate::engine::chat::{ChatAnswer, ChatError, ChatOptions, Constraint};
 use crate::engine::decode::Watch;
 use crate::engine::Engine;
@@ -30,6 +30,9 @@ use formwork_models::group::{panic_message, BatchGroup};
 pub struct Job {
     pub messages: Vec<ChatMessage>,
     pub schema: Option<Arc<Compiled>>,
+    /// The request's tools: the turn runs under their grammar (which holds the
+    /// answer's schema too).
+    pub tools: Option<Arc<CompiledTools>>,
     pub opts: ChatOptions,
     /// The run must end by then (`--request-timeout`, counted from arrival).
     pub deadline: Option<Instant>,
@@ -117,6 +120,7 @@ fn worker(
         let Job {
             messages,
             schema,
+            tools,
             mut opts,
             deadline,
             cancel,
@@ -133,12 +137,13 @@ fn worker(
             if panic {
                 panic!("test hook: a panic inside the engine thread");
             }
-            let constraint = match &schema {
-                Some(c) => Constraint::Schema {
+            let constraint = match (&tools, &schema) {
+                (Some(t), _) => Constraint::Tools(&t.toolbox),
+                (None, Some(c)) => Constraint::Schema {
                     grammar: c.grammar.clone(),
                     validator: &c.validator,
                 },
-                None => Constraint::Text,
+                (None, None) => Constraint::Text,
             };
             engine.chat(&messages, &constraint, &opts)
         }));

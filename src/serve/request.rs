@@ -1,10 +1,13 @@
-//! Reading a request body into what the engine runs: the messages, the output
-//! format, the budget and the sampling. Every field is checked by hand, so a wrong
-//! type is a 400 naming the parameter, and nothing the engine cannot honour is
-//! dropped silently (`tools`, images, `n > 1`, `stop`, `logprobs` are refused).
+//! Reading a request body into what the engine runs: the messages, the tools, the
+//! output format, the budget and the sampling. Every field is checked by hand, so a
+//! wrong type is a 400 naming the parameter, and nothing the engine cannot honour is
+//! dropped silently (images, `n > 1`, `stop`, `logprobs`, non-function tools are
+//! refused).
 
 use formwork_models::chat::ChatMessage;
 use serde_json::{Map, Value};
+
+use crate::engine::tools::{self, Call, Item, ToolChoice, ToolDef};
 
 use super::error::{quote, ApiError};
 
@@ -23,7 +26,12 @@ pub enum Format {
 #[derive(Clone, Debug)]
 pub struct ChatRequest {
     pub model: String,
+    /// The conversation as the model reads it (tool calls and results rendered).
     pub messages: Vec<ChatMessage>,
+    /// Function tools (empty: none).
+    pub tools: Vec<ToolDef>,
+    pub tool_choice: ToolChoice,
+    pub parallel_tool_calls: bool,
     pub format: Format,
     /// The budget asked for, and which parameter gave it (for messages).
     pub max_tokens: Option<(usize, &'static str)>,
@@ -181,8 +189,9 @@ fn content_text(v: &Value, param: &str) -> Result<String, ApiError> {
     }
 }
 
-/// `messages` (chat completions) into the engine's chat messages.
-pub fn messages(v: Option<&Value>, param: &str) -> Result<Vec<ChatMessage>, ApiError> {
+/// `messages` (chat completions) into conversation items: plain messages, assistant
+/// turns with `tool_calls`, and `tool` results.
+pub fn messages(v: Option<&Value>, param: &str) -> Result<Vec<Item>, ApiError> {
     let Some(v) = v else {
         return Err(missing(param));
     };
@@ -199,46 +208,364 @@ pub fn messages(v: Option<&Value>, param: &str) -> Result<Vec<ChatMessage>, ApiE
     }
     let mut out = Vec::with_capacity(items.len());
     for (i, it) in items.iter().enumerate() {
-        let p = format!("{param}[{i}]");
-        let Value::Object(m) = it else {
-            return Err(wrong_type(&p, "an object", it));
+        out.push(message_item(it, &format!("{param}[{i}]"))?);
+    }
+    Ok(out)
+}
+
+/// One message of `messages` (or a message item of `input`) at parameter `p`.
+fn message_item(it: &Value, p: &str) -> Result<Item, ApiError> {
+    let Value::Object(m) = it else {
+        return Err(wrong_type(p, "an object", it));
+    };
+    let role = match m.get("role") {
+        Some(Value::String(r)) => r.as_str(),
+        Some(r) => return Err(wrong_type(&format!("{p}.role"), "a string", r)),
+        None => return Err(missing(&format!("{p}.role"))),
+    };
+    let role = match role {
+        "system" | "developer" => "system",
+        "user" => "user",
+        "assistant" => "assistant",
+        "tool" => "tool",
+        "function" => {
+            return Err(ApiError::unsupported(
+                &format!("{p}.role"),
+                format!("'{p}.role': 'function' messages (the deprecated function calling) are not supported; use 'tool' messages."),
+            ))
+        }
+        other => {
+            return Err(ApiError::bad_param(
+                &format!("{p}.role"),
+                format!("Invalid value for '{p}.role': '{}'. Supported values are: 'system', 'developer', 'user', 'assistant' and 'tool'.", quote(other)),
+            ))
+        }
+    };
+    if opt(m, "function_call").is_some() {
+        return Err(ApiError::unsupported(
+            &format!("{p}.function_call"),
+            format!("'{p}.function_call' (the deprecated function calling) is not supported; use 'tool_calls'."),
+        ));
+    }
+    let calls = match opt(m, "tool_calls") {
+        None => None,
+        Some(_) if role != "assistant" => {
+            return Err(ApiError::bad_param(
+                &format!("{p}.tool_calls"),
+                format!("Invalid '{p}.tool_calls': only assistant messages make tool calls."),
+            ))
+        }
+        Some(Value::Array(a)) => Some(tool_calls(a, &format!("{p}.tool_calls"))?),
+        Some(v) => return Err(wrong_type(&format!("{p}.tool_calls"), "an array", v)),
+    };
+    let content = match m.get("content") {
+        Some(c) => content_text(c, &format!("{p}.content"))?,
+        None if role == "assistant" => String::new(),
+        None => return Err(missing(&format!("{p}.content"))),
+    };
+    Ok(match (role, calls) {
+        ("tool", _) => {
+            let call_id = match m.get("tool_call_id") {
+                Some(Value::String(s)) => s.clone(),
+                Some(v) => return Err(wrong_type(&format!("{p}.tool_call_id"), "a string", v)),
+                None => return Err(missing(&format!("{p}.tool_call_id"))),
+            };
+            Item::Result { call_id, content }
+        }
+        (_, Some(calls)) if !calls.is_empty() => Item::Calls { content, calls },
+        _ => Item::Message(ChatMessage::new(role, content)),
+    })
+}
+
+/// A replayed call's `arguments`: a JSON text of an object, parsed (Qwen2.5's template
+/// would encode the string a second time) and written back compact.
+fn replayed_arguments(v: Option<&Value>, param: &str) -> Result<String, ApiError> {
+    let text = match v {
+        None | Some(Value::Null) => return Ok("{}".to_string()),
+        Some(Value::String(s)) if s.trim().is_empty() => return Ok("{}".to_string()),
+        Some(Value::String(s)) => s,
+        Some(v) => return Err(wrong_type(param, "a string", v)),
+    };
+    match serde_json::from_str::<Value>(text) {
+        Ok(v @ Value::Object(_)) => Ok(v.to_string()),
+        Ok(other) => Err(ApiError::bad_param(
+            param,
+            format!(
+                "Invalid '{param}': the arguments must be a JSON object, not {}.",
+                type_name(&other)
+            ),
+        )),
+        Err(e) => Err(ApiError::bad_param(
+            param,
+            format!("Invalid '{param}': the arguments are not valid JSON ({e})."),
+        )),
+    }
+}
+
+/// An assistant message's `tool_calls`.
+fn tool_calls(a: &[Value], param: &str) -> Result<Vec<Call>, ApiError> {
+    let mut out = Vec::with_capacity(a.len());
+    for (j, c) in a.iter().enumerate() {
+        let p = format!("{param}[{j}]");
+        let Value::Object(c) = c else {
+            return Err(wrong_type(&p, "an object", c));
         };
-        let role = match m.get("role") {
-            Some(Value::String(r)) => r.as_str(),
-            Some(r) => return Err(wrong_type(&format!("{p}.role"), "a string", r)),
-            None => return Err(missing(&format!("{p}.role"))),
-        };
-        let role = match role {
-            "system" | "developer" => "system",
-            "user" => "user",
-            "assistant" => "assistant",
-            "tool" | "function" => {
+        match opt_str(c, "type", &format!("{p}.type"))?.as_deref() {
+            None | Some("function") => {}
+            Some(other) => {
                 return Err(ApiError::unsupported(
-                    &format!("{p}.role"),
-                    format!("'{p}.role': '{role}' messages are not supported: this server has no tool calling."),
+                    &format!("{p}.type"),
+                    format!("'{p}.type': tool calls of type '{}' are not supported; only 'function'.", quote(other)),
                 ))
+            }
+        }
+        let id = opt_str(c, "id", &format!("{p}.id"))?.unwrap_or_default();
+        let f = match c.get("function") {
+            Some(Value::Object(f)) => f,
+            Some(v) => return Err(wrong_type(&format!("{p}.function"), "an object", v)),
+            None => return Err(missing(&format!("{p}.function"))),
+        };
+        let name = match f.get("name") {
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => return Err(wrong_type(&format!("{p}.function.name"), "a string", v)),
+            None => return Err(missing(&format!("{p}.function.name"))),
+        };
+        let arguments = replayed_arguments(f.get("arguments"), &format!("{p}.function.arguments"))?;
+        out.push(Call { id, name, arguments });
+    }
+    Ok(out)
+}
+
+/// A tool's name: what OpenAI takes (letters, digits, `_`, `-`, up to 64) and `.`.
+fn tool_name(v: Option<&Value>, param: &str) -> Result<String, ApiError> {
+    let name = match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(v) => return Err(wrong_type(param, "a string", v)),
+        None => return Err(missing(param)),
+    };
+    let ok = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if !ok {
+        return Err(ApiError::bad_param(
+            param,
+            format!("Invalid '{param}': '{}'. A tool name is 1 to 64 letters, digits, '_', '-' or '.'.", quote(&name)),
+        ));
+    }
+    Ok(name)
+}
+
+/// `tools`: the canonical form (`{"type":"function","function":{…}}`, chat completions)
+/// or the flat one (`{"type":"function","name",…}`, responses).
+pub fn tool_defs(v: Option<&Value>, flat: bool) -> Result<Vec<ToolDef>, ApiError> {
+    let a = match v {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(a)) => a,
+        Some(v) => return Err(wrong_type("tools", "an array", v)),
+    };
+    let mut out: Vec<ToolDef> = Vec::with_capacity(a.len());
+    for (i, t) in a.iter().enumerate() {
+        let p = format!("tools[{i}]");
+        let Value::Object(t) = t else {
+            return Err(wrong_type(&p, "an object", t));
+        };
+        match t.get("type") {
+            Some(Value::String(ty)) if ty == "function" => {}
+            Some(Value::String(ty)) => {
+                return Err(ApiError::unsupported(
+                    &format!("{p}.type"),
+                    format!("'{p}.type': tools of type '{}' are not supported; only 'function'.", quote(ty)),
+                ))
+            }
+            Some(v) => return Err(wrong_type(&format!("{p}.type"), "a string", v)),
+            None => return Err(missing(&format!("{p}.type"))),
+        }
+        let (f, fp) = if flat {
+            (t, p.clone())
+        } else {
+            match t.get("function") {
+                Some(Value::Object(f)) => (f, format!("{p}.function")),
+                Some(v) => return Err(wrong_type(&format!("{p}.function"), "an object", v)),
+                None => return Err(missing(&format!("{p}.function"))),
+            }
+        };
+        let name = tool_name(f.get("name"), &format!("{fp}.name"))?;
+        if out.iter().any(|o| o.name == name) {
+            return Err(ApiError::bad_param(
+                &format!("{fp}.name"),
+                format!("Invalid '{fp}.name': the tool name '{name}' is given twice."),
+            ));
+        }
+        let description = opt_str(f, "description", &format!("{fp}.description"))?;
+        let strict = opt_bool(f, "strict", &format!("{fp}.strict"))?;
+        let pp = format!("{fp}.parameters");
+        let parameters = match opt(f, "parameters") {
+            None => serde_json::json!({"type": "object", "properties": {}, "additionalProperties": false}),
+            Some(Value::Object(s)) => {
+                let mut s = s.clone();
+                match s.get("type") {
+                    None => {
+                        s.insert("type".into(), Value::String("object".into()));
+                    }
+                    Some(Value::String(t)) if t == "object" => {}
+                    Some(_) => {
+                        return Err(ApiError::bad(
+                            "invalid_function_parameters",
+                            &pp,
+                            format!("Invalid schema for function '{name}' ('{pp}'): the parameters must be a JSON Schema of type 'object'."),
+                        ))
+                    }
+                }
+                Value::Object(s)
+            }
+            Some(v) => return Err(wrong_type(&pp, "an object", v)),
+        };
+        out.push(ToolDef {
+            name,
+            description,
+            parameters,
+            strict,
+        });
+    }
+    Ok(out)
+}
+
+/// One name in `tool_choice` (`{"type":"function","function":{"name"}}`, or flat
+/// `{"type":"function","name"}`), checked against the tools.
+fn choice_name(o: &Map<String, Value>, p: &str, tools: &[ToolDef]) -> Result<String, ApiError> {
+    let (name, np) = match o.get("function") {
+        Some(Value::Object(f)) => (f.get("name"), format!("{p}.function.name")),
+        Some(v) => return Err(wrong_type(&format!("{p}.function"), "an object", v)),
+        None => (o.get("name"), format!("{p}.name")),
+    };
+    let name = match name {
+        Some(Value::String(s)) => s.clone(),
+        Some(v) => return Err(wrong_type(&np, "a string", v)),
+        None => return Err(missing(&np)),
+    };
+    if !tools.iter().any(|t| t.name == name) {
+        let mut e = ApiError::bad_param(
+            &np,
+            format!(
+                "Invalid '{np}': no tool is named '{}' (the tools are: {}).",
+                quote(&name),
+                tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+        );
+        e.code = Some("unknown_tool");
+        return Err(e);
+    }
+    Ok(name)
+}
+
+/// `tool_choice`; without one, `auto` when there are tools and `none` otherwise.
+pub fn tool_choice(v: Option<&Value>, tools: &[ToolDef]) -> Result<ToolChoice, ApiError> {
+    const P: &str = "tool_choice";
+    let need_tools = |what: &str| -> Result<(), ApiError> {
+        if tools.is_empty() {
+            return Err(ApiError::bad_param(
+                P,
+                format!("Invalid '{P}': {what} needs 'tools'."),
+            ));
+        }
+        Ok(())
+    };
+    let choice = match v {
+        None | Some(Value::Null) if tools.is_empty() => ToolChoice::None,
+        None | Some(Value::Null) => ToolChoice::Auto,
+        Some(Value::String(s)) => match s.as_str() {
+            "none" => ToolChoice::None,
+            "auto" if tools.is_empty() => ToolChoice::None,
+            "auto" => ToolChoice::Auto,
+            "required" => {
+                need_tools("'required'")?;
+                ToolChoice::Required
             }
             other => {
                 return Err(ApiError::bad_param(
-                    &format!("{p}.role"),
-                    format!("Invalid value for '{p}.role': '{}'. Supported values are: 'system', 'developer', 'user' and 'assistant'.", quote(other)),
+                    P,
+                    format!("Invalid value for '{P}': '{}'. Supported values are: 'none', 'auto', 'required', a function, or 'allowed_tools'.", quote(other)),
                 ))
             }
-        };
-        if opt(m, "tool_calls").is_some() || opt(m, "function_call").is_some() {
-            return Err(ApiError::unsupported(
-                &format!("{p}.tool_calls"),
-                format!("'{p}.tool_calls': tool calls are not supported by this server."),
-            ));
+        },
+        Some(Value::Object(o)) => {
+            let ty = match o.get("type") {
+                Some(Value::String(t)) => t.as_str(),
+                Some(v) => return Err(wrong_type(&format!("{P}.type"), "a string", v)),
+                None => return Err(missing(&format!("{P}.type"))),
+            };
+            match ty {
+                "function" => {
+                    need_tools("a named function")?;
+                    ToolChoice::Only {
+                        names: vec![choice_name(o, P, tools)?],
+                        required: true,
+                    }
+                }
+                "allowed_tools" => {
+                    need_tools("'allowed_tools'")?;
+                    // Chat completions nest it under `allowed_tools`; responses are flat.
+                    let (a, ap) = match o.get("allowed_tools") {
+                        Some(Value::Object(a)) => (a, format!("{P}.allowed_tools")),
+                        Some(v) => {
+                            return Err(wrong_type(&format!("{P}.allowed_tools"), "an object", v))
+                        }
+                        None => (o, P.to_string()),
+                    };
+                    let required = match opt_str(a, "mode", &format!("{ap}.mode"))?.as_deref() {
+                        None | Some("auto") => false,
+                        Some("required") => true,
+                        Some(other) => {
+                            return Err(ApiError::bad_param(
+                                &format!("{ap}.mode"),
+                                format!("Invalid value for '{ap}.mode': '{}'. Supported values are: 'auto' and 'required'.", quote(other)),
+                            ))
+                        }
+                    };
+                    let list = match a.get("tools") {
+                        Some(Value::Array(l)) if !l.is_empty() => l,
+                        Some(Value::Array(_)) => {
+                            return Err(ApiError::bad_param(
+                                &format!("{ap}.tools"),
+                                format!("Invalid '{ap}.tools': empty array."),
+                            ))
+                        }
+                        Some(v) => return Err(wrong_type(&format!("{ap}.tools"), "an array", v)),
+                        None => return Err(missing(&format!("{ap}.tools"))),
+                    };
+                    let mut names = Vec::new();
+                    for (j, t) in list.iter().enumerate() {
+                        let tp = format!("{ap}.tools[{j}]");
+                        let Value::Object(t) = t else {
+                            return Err(wrong_type(&tp, "an object", t));
+                        };
+                        names.push(choice_name(t, &tp, tools)?);
+                    }
+                    ToolChoice::Only { names, required }
+                }
+                other => {
+                    return Err(ApiError::unsupported(
+                        &format!("{P}.type"),
+                        format!("'{P}.type': '{}' is not supported; use 'function' or 'allowed_tools'.", quote(other)),
+                    ))
+                }
+            }
         }
-        let content = match m.get("content") {
-            Some(c) => content_text(c, &format!("{p}.content"))?,
-            None if role == "assistant" => String::new(),
-            None => return Err(missing(&format!("{p}.content"))),
-        };
-        out.push(ChatMessage::new(role, content));
-    }
-    Ok(out)
+        Some(v) => return Err(wrong_type(P, "a string or an object", v)),
+    };
+    Ok(choice)
+}
+
+/// The tool fields of a request, checked together.
+fn tool_fields(
+    m: &Map<String, Value>,
+    flat: bool,
+) -> Result<(Vec<ToolDef>, ToolChoice, bool), ApiError> {
+    let tools = tool_defs(m.get("tools"), flat)?;
+    let choice = tool_choice(m.get("tool_choice"), &tools)?;
+    let parallel = opt_bool(m, "parallel_tool_calls", "parallel_tool_calls")?.unwrap_or(true);
+    Ok((tools, choice, parallel))
 }
 
 /// `response_format` (chat completions) or `text.format` (responses).
@@ -288,28 +615,24 @@ pub fn format(v: Option<&Value>, param: &str, flat_responses: bool) -> Result<Fo
 /// Parameters this server refuses rather than ignores, when set to anything that
 /// would change the answer.
 fn refuse_unsupported(m: &Map<String, Value>) -> Result<(), ApiError> {
-    for k in ["tools", "functions"] {
-        match opt(m, k) {
-            None => {}
-            Some(Value::Array(a)) if a.is_empty() => {}
-            Some(_) => {
-                return Err(ApiError::unsupported(
-                    k,
-                    format!("'{k}' is not supported: this server has no tool calling; use response_format for structured output."),
-                ))
-            }
+    match opt(m, "functions") {
+        None => {}
+        Some(Value::Array(a)) if a.is_empty() => {}
+        Some(_) => {
+            return Err(ApiError::unsupported(
+                "functions",
+                "'functions' (the deprecated function calling) is not supported; use 'tools'.",
+            ))
         }
     }
-    for k in ["tool_choice", "function_call"] {
-        match opt(m, k) {
-            None => {}
-            Some(Value::String(s)) if s == "none" || s == "auto" => {}
-            Some(_) => {
-                return Err(ApiError::unsupported(
-                    k,
-                    format!("'{k}' is not supported: this server has no tool calling."),
-                ))
-            }
+    match opt(m, "function_call") {
+        None => {}
+        Some(Value::String(s)) if s == "none" || s == "auto" => {}
+        Some(_) => {
+            return Err(ApiError::unsupported(
+                "function_call",
+                "'function_call' (the deprecated function calling) is not supported; use 'tool_choice'.",
+            ))
         }
     }
     if let Some(n) = opt_uint(m, "n")? {
@@ -421,8 +744,10 @@ fn sampling(m: &Map<String, Value>) -> Result<(Option<f64>, Option<f64>, Option<
 pub fn chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
     let m = json_object(body)?;
     let model = model(&m)?;
-    let messages = messages(m.get("messages"), "messages")?;
+    let items = messages(m.get("messages"), "messages")?;
     refuse_unsupported(&m)?;
+    let (tools, tool_choice, parallel_tool_calls) = tool_fields(&m, false)?;
+    let messages = tools::render(&items, &tools);
     let format = format(m.get("response_format"), "response_format", false)?;
     let max_tokens = budget(&m, &["max_completion_tokens", "max_tokens"])?;
     let (temperature, top_p, seed) = sampling(&m)?;
@@ -437,6 +762,9 @@ pub fn chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
     Ok(ChatRequest {
         model,
         messages,
+        tools,
+        tool_choice,
+        parallel_tool_calls,
         format,
         max_tokens,
         temperature,
@@ -460,24 +788,61 @@ pub fn responses(body: &[u8]) -> Result<ChatRequest, ApiError> {
             "'previous_response_id' is not supported: this server stores no responses; send the whole conversation in 'input'.",
         ));
     }
-    let mut msgs = Vec::new();
+    let mut items: Vec<Item> = Vec::new();
     if let Some(i) = opt_str(&m, "instructions", "instructions")? {
-        msgs.push(ChatMessage::new("system", i));
+        items.push(Item::Message(ChatMessage::new("system", i)));
     }
     match m.get("input") {
         None => return Err(missing("input")),
-        Some(Value::String(s)) => msgs.push(ChatMessage::new("user", s.clone())),
-        Some(Value::Array(items)) => {
-            // Input items: messages (`type` absent or "message"); anything else
-            // (function calls, reasoning items) is refused.
-            let mut plain = Vec::new();
-            for (i, it) in items.iter().enumerate() {
+        Some(Value::String(s)) => items.push(Item::Message(ChatMessage::new("user", s.clone()))),
+        Some(Value::Array(list)) => {
+            // Input items: messages (`type` absent or "message"), `function_call` (a
+            // call the model made; consecutive ones are one assistant turn) and
+            // `function_call_output`; anything else (reasoning items, references) is
+            // refused.
+            for (i, it) in list.iter().enumerate() {
                 let p = format!("input[{i}]");
                 let Value::Object(o) = it else {
                     return Err(wrong_type(&p, "an object", it));
                 };
                 match o.get("type").and_then(Value::as_str) {
-                    None | Some("message") => plain.push(Value::Object(o.clone())),
+                    None | Some("message") => items.push(message_item(it, &p)?),
+                    Some("function_call") => {
+                        let call = Call {
+                            id: match o.get("call_id") {
+                                Some(Value::String(s)) => s.clone(),
+                                Some(v) => {
+                                    return Err(wrong_type(&format!("{p}.call_id"), "a string", v))
+                                }
+                                None => return Err(missing(&format!("{p}.call_id"))),
+                            },
+                            name: match o.get("name") {
+                                Some(Value::String(s)) => s.clone(),
+                                Some(v) => return Err(wrong_type(&format!("{p}.name"), "a string", v)),
+                                None => return Err(missing(&format!("{p}.name"))),
+                            },
+                            arguments: replayed_arguments(o.get("arguments"), &format!("{p}.arguments"))?,
+                        };
+                        match items.last_mut() {
+                            Some(Item::Calls { calls, .. }) => calls.push(call),
+                            _ => items.push(Item::Calls {
+                                content: String::new(),
+                                calls: vec![call],
+                            }),
+                        }
+                    }
+                    Some("function_call_output") => {
+                        let call_id = match o.get("call_id") {
+                            Some(Value::String(s)) => s.clone(),
+                            Some(v) => return Err(wrong_type(&format!("{p}.call_id"), "a string", v)),
+                            None => return Err(missing(&format!("{p}.call_id"))),
+                        };
+                        let content = match o.get("output") {
+                            Some(v) => content_text(v, &format!("{p}.output"))?,
+                            None => return Err(missing(&format!("{p}.output"))),
+                        };
+                        items.push(Item::Result { call_id, content });
+                    }
                     Some(other) => {
                         return Err(ApiError::unsupported(
                             &format!("{p}.type"),
@@ -486,15 +851,14 @@ pub fn responses(body: &[u8]) -> Result<ChatRequest, ApiError> {
                     }
                 }
             }
-            if !plain.is_empty() {
-                msgs.extend(messages(Some(&Value::Array(plain)), "input")?);
-            }
         }
         Some(v) => return Err(wrong_type("input", "a string or an array", v)),
     }
-    if msgs.is_empty() {
+    if items.is_empty() {
         return Err(ApiError::bad_param("input", "Invalid 'input': no message."));
     }
+    let (tools, tool_choice, parallel_tool_calls) = tool_fields(&m, true)?;
+    let msgs = tools::render(&items, &tools);
     let format = match opt(&m, "text") {
         None => Format::Text,
         Some(Value::Object(t)) => format(t.get("format"), "text.format", true)?,
@@ -503,15 +867,12 @@ pub fn responses(body: &[u8]) -> Result<ChatRequest, ApiError> {
     let max_tokens = budget(&m, &["max_output_tokens"])?;
     let (temperature, top_p, seed) = sampling(&m)?;
     let stream = opt_bool(&m, "stream", "stream")?.unwrap_or(false);
-    if stream {
-        return Err(ApiError::unsupported(
-            "stream",
-            "'stream' is not supported on /v1/responses yet; use /v1/chat/completions to stream.",
-        ));
-    }
     Ok(ChatRequest {
         model,
         messages: msgs,
+        tools,
+        tool_choice,
+        parallel_tool_calls,
         format,
         max_tokens,
         temperature,

@@ -12,7 +12,8 @@ use formwork_grammar::toktrie::TokTrie;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::error::ApiError;
+use super::error::{quote, ApiError};
+use crate::engine::tools::{compile_toolbox, ToolChoice, ToolDef, Toolbox, ToolsError};
 use crate::engine::Schema;
 use crate::validate::Validator;
 
@@ -182,5 +183,145 @@ pub fn compile_error(name: &str, e: CompileError) -> ApiError {
             ),
         ),
         other => ApiError::bad("invalid_schema", "response_format", format!("{p} {other}")),
+    }
+}
+
+/// The compiled tools of a request (with its `tool_choice`, `parallel_tool_calls` and
+/// answer schema), ready to serve: the turn's grammar and a validator per tool.
+pub struct CompiledTools {
+    pub sha256: String,
+    pub toolbox: Toolbox,
+    /// Output tokens of the shortest valid turn.
+    pub min_tokens: usize,
+    pub compile_ms: f64,
+}
+
+/// Compiled tool sets, keyed by the sha256 of the canonical tools, choice, parallel
+/// flag and answer schema: an agent sends the same tools on every turn, so its turns
+/// share one grammar and its masks. At most `cap` entries; starts over when full.
+pub struct ToolCache {
+    map: Mutex<HashMap<String, Arc<CompiledTools>>>,
+    cap: usize,
+}
+
+impl ToolCache {
+    pub fn new(cap: usize) -> ToolCache {
+        ToolCache {
+            map: Mutex::new(HashMap::new()),
+            cap: cap.max(1),
+        }
+    }
+
+    /// The compiled tools and whether they came from the cache. `answer` is the
+    /// final answer's schema and validator (`response_format`), if any.
+    pub async fn get_or_compile(
+        self: &Arc<Self>,
+        tools: &[ToolDef],
+        choice: &ToolChoice,
+        parallel: bool,
+        answer: Option<(Value, Arc<Validator>)>,
+        trie: Arc<TokTrie>,
+    ) -> Result<(Arc<CompiledTools>, bool), ApiError> {
+        let key = serde_json::json!({
+            "tools": tools.iter().map(|t| serde_json::json!({
+                "name": t.name, "parameters": t.parameters,
+            })).collect::<Vec<_>>(),
+            "choice": format!("{choice:?}"),
+            "parallel": parallel,
+            "answer": answer.as_ref().map(|(v, _)| v.clone()),
+        });
+        let sha = sha256_hex(&canonical(&key));
+        if let Some(c) = self.map.lock().ok().and_then(|m| m.get(&sha).cloned()) {
+            metrics::counter!("formwork_tools_cache_hits_total").increment(1);
+            return Ok((c, true));
+        }
+        metrics::counter!("formwork_tools_cache_misses_total").increment(1);
+        let tools = tools.to_vec();
+        let choice = choice.clone();
+        let sha2 = sha.clone();
+        let compiled = tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            let toolbox = compile_toolbox(
+                &tools,
+                &choice,
+                parallel,
+                answer.as_ref().map(|(v, val)| (v, val.clone())),
+            )
+            .map_err(|e| tools_error(&tools, e))?;
+            let min_tokens =
+                Matcher::new(toolbox.grammar.clone(), trie.clone()).min_completion_tokens();
+            if min_tokens >= (u32::MAX / 2) as usize {
+                return Err(ApiError::bad(
+                    "invalid_function_parameters",
+                    "tools",
+                    "The model's vocabulary cannot spell every valid call of these tools.",
+                ));
+            }
+            Ok(CompiledTools {
+                sha256: sha2,
+                toolbox,
+                min_tokens,
+                compile_ms: started.elapsed().as_secs_f64() * 1000.0,
+            })
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("the tool compiler failed: {e}")))??;
+        let c = Arc::new(compiled);
+        if let Ok(mut m) = self.map.lock() {
+            if m.len() >= self.cap {
+                m.clear();
+            }
+            m.insert(sha, c.clone());
+        }
+        Ok((c, false))
+    }
+}
+
+/// The 400 for tools the grammar cannot enforce: the tool, its parameter and the JSON
+/// Pointer inside its `parameters`.
+fn tools_error(tools: &[ToolDef], e: ToolsError) -> ApiError {
+    match e {
+        ToolsError::Parameters { index, name, error } => {
+            let param = format!("tools[{index}].function.parameters");
+            let p = format!("Invalid schema for function '{}' ('{param}'):", quote(&name));
+            match error {
+                CompileError::Unsupported {
+                    keyword,
+                    pointer,
+                    why,
+                } => ApiError::bad(
+                    "unsupported_schema_keyword",
+                    param,
+                    format!("{p} keyword '{keyword}' at JSON Pointer '{pointer}' is not supported: {why}"),
+                ),
+                other => ApiError::bad("invalid_function_parameters", param, format!("{p} {other}")),
+            }
+        }
+        ToolsError::Invalid {
+            index,
+            name,
+            message,
+        } => ApiError::bad(
+            "invalid_function_parameters",
+            format!("tools[{index}].function.parameters"),
+            format!(
+                "Invalid schema for function '{}' ('tools[{index}].function.parameters'): {message}",
+                quote(&name)
+            ),
+        ),
+        ToolsError::UnknownChoice(n) => {
+            let mut e = ApiError::bad_param(
+                "tool_choice",
+                format!(
+                    "Invalid 'tool_choice': no tool is named '{}' (the tools are: {}).",
+                    quote(&n),
+                    tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            );
+            e.code = Some("unknown_tool");
+            e
+        }
+        ToolsError::Answer(error) => compile_error("response", error),
+        ToolsError::Turn(t) => ApiError::bad_param("tools", format!("Invalid 'tools': {t}.")),
     }
 }

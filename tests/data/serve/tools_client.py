@@ -1,0 +1,228 @@
+"""Agents and tool-calling clients against `formwork serve`, unchanged.
+
+Run by tests/serve_tools.rs as `python tools_client.py BASE_URL MODEL [CHECK ...]`;
+prints one line per check and exits non-zero on the first failure. CHECK names a
+part (reorder, orchestrator, orchestrator_stream, instructor, langchain); none runs all.
+
+- openai-agents 0.24: a reorder agent with two function tools and `output_type`
+  (the Responses API, the SDK's default), and an orchestrator whose three tools are
+  sub-agents (`Agent.as_tool`), not streamed and streamed (`Runner.run_streamed`).
+- instructor in its default TOOLS mode, and LangChain's `bind_tools` and
+  `with_structured_output(method="function_calling")` (Chat Completions).
+"""
+
+import asyncio
+import json
+import sys
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+def check(cond, what):
+    if not cond:
+        print(f"FAIL {what}", flush=True)
+        sys.exit(1)
+    print(f"ok {what}", flush=True)
+
+
+class Decisione(BaseModel):
+    """A reorder decision for one product."""
+
+    prodotto: str = Field(max_length=40)
+    riordinare: bool
+    quantita: int = Field(ge=0, le=1000)
+
+
+class Parere(BaseModel):
+    """One expert's opinion."""
+
+    esperto: Literal["finanza", "logistica", "marketing"]
+    favorevole: bool
+    motivo: str = Field(max_length=120)
+
+
+class Sintesi(BaseModel):
+    """The orchestrator's final answer."""
+
+    decisione: Literal["approvare", "rifiutare"]
+    motivo: str = Field(max_length=160)
+
+
+STOCK = {"viti M4": 120, "bulloni M8": 15}
+ORDERS = {"viti M4": 40, "bulloni M8": 90}
+
+
+def reorder(base_url, model):
+    from agents import Agent, ModelSettings, Runner, function_tool, set_default_openai_client
+    from agents import set_tracing_disabled
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+    client = AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0)
+    set_default_openai_client(client, use_for_tracing=False)
+    calls = []
+
+    @function_tool
+    def leggi_magazzino(prodotto: str) -> str:
+        """Read how many units of a product are in stock."""
+        calls.append(("leggi_magazzino", prodotto))
+        return json.dumps({"prodotto": prodotto, "in_magazzino": STOCK.get(prodotto, 0)})
+
+    @function_tool
+    def leggi_ordini(prodotto: str) -> str:
+        """Read how many units of a product customers have ordered."""
+        calls.append(("leggi_ordini", prodotto))
+        return json.dumps({"prodotto": prodotto, "ordinati": ORDERS.get(prodotto, 0)})
+
+    agent = Agent(
+        name="Riordino",
+        instructions=(
+            "You decide whether to reorder a product. First call both tools, leggi_magazzino "
+            "and leggi_ordini, for the product, in the same turn. Then reorder when the "
+            "orders exceed the stock, with quantita = orders - stock (0 otherwise)."
+        ),
+        tools=[leggi_magazzino, leggi_ordini],
+        output_type=Decisione,
+        model=model,
+        model_settings=ModelSettings(tool_choice="required", temperature=0, max_tokens=200),
+    )
+    result = Runner.run_sync(agent, "Product: bulloni M8", max_turns=6)
+    names = {c[0] for c in calls}
+    check(names == {"leggi_magazzino", "leggi_ordini"}, f"reorder: both tools called ({calls})")
+    check(all(isinstance(c[1], str) and c[1] for c in calls), "reorder: arguments valid for the tools")
+    check(isinstance(result.final_output, Decisione), f"reorder: final_output is a Decisione ({result.final_output!r})")
+    usage = result.context_wrapper.usage
+    check(usage.requests >= 2 and usage.input_tokens > 0 and usage.output_tokens > 0,
+          f"reorder: usage summed over {usage.requests} requests ({usage.input_tokens} in, {usage.output_tokens} out)")
+
+
+def orchestrator(base_url, model, streamed):
+    from agents import (Agent, ModelSettings, OpenAIChatCompletionsModel, Runner,
+                        set_tracing_disabled)
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+    client = AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0)
+    # The streamed run uses Chat Completions, the other the Responses API: both wires.
+    if streamed:
+        def m():
+            return OpenAIChatCompletionsModel(model=model, openai_client=client)
+    else:
+        from agents import OpenAIResponsesModel
+
+        def m():
+            return OpenAIResponsesModel(model=model, openai_client=client)
+
+    experts = []
+    for area in ["finanza", "logistica", "marketing"]:
+        experts.append(Agent(
+            name=f"esperto_{area}",
+            instructions=f"You are the {area} expert. Give your opinion on the proposal: esperto is '{area}'.",
+            output_type=Parere,
+            model=m(),
+            model_settings=ModelSettings(temperature=0, max_tokens=120),
+        ))
+    tools = [
+        e.as_tool(tool_name=e.name, tool_description=f"Ask the {e.name.split('_')[1]} expert for an opinion.")
+        for e in experts
+    ]
+    boss = Agent(
+        name="orchestratore",
+        instructions=(
+            "You decide on a proposal. Ask all three experts (esperto_finanza, esperto_logistica "
+            "and esperto_marketing) at once, in one turn, passing them the proposal; then decide."
+        ),
+        tools=tools,
+        output_type=Sintesi,
+        model=m(),
+        model_settings=ModelSettings(tool_choice="required", temperature=0, max_tokens=300),
+    )
+    proposal = "Proposal: open a second warehouse in Turin next year."
+    tag = "orchestrator streamed" if streamed else "orchestrator"
+
+    async def go():
+        if streamed:
+            r = Runner.run_streamed(boss, proposal, max_turns=4)
+            events = 0
+            async for _ in r.stream_events():
+                events += 1
+            check(events > 0, f"{tag}: stream events ({events})")
+            return r
+        return await Runner.run(boss, proposal, max_turns=4)
+
+    result = asyncio.run(go())
+    from agents.items import ToolCallItem
+
+    called = [it.raw_item.name for it in result.new_items if isinstance(it, ToolCallItem)]
+    check(sorted(set(called)) == ["esperto_finanza", "esperto_logistica", "esperto_marketing"],
+          f"{tag}: all three sub-agents called ({called})")
+    first_turn = result.raw_responses[0].output
+    first_calls = [o.name for o in first_turn if getattr(o, "type", "") == "function_call"]
+    check(len(first_calls) == 3, f"{tag}: the three calls made in one turn ({first_calls})")
+    check(isinstance(result.final_output, Sintesi), f"{tag}: final_output is a Sintesi ({result.final_output!r})")
+    usage = result.context_wrapper.usage
+    check(usage.input_tokens > 0 and usage.output_tokens > 0 and usage.requests >= 5,
+          f"{tag}: usage summed with the sub-agents' ({usage.requests} requests, {usage.input_tokens} in)")
+
+
+class Person(BaseModel):
+    name: str = Field(max_length=30)
+    age: int = Field(ge=0, le=130)
+
+
+def with_instructor(base_url, model):
+    import instructor
+    from openai import OpenAI
+
+    client = instructor.from_openai(OpenAI(base_url=base_url, api_key="unused", max_retries=0),
+                                    mode=instructor.Mode.TOOLS)
+    p = client.chat.completions.create(
+        model=model,
+        response_model=Person,
+        max_retries=0,
+        max_tokens=80,
+        messages=[{"role": "user", "content": "Ada Lovelace was 36 when she died."}],
+    )
+    check(isinstance(p, Person), f"instructor TOOLS: a Person ({p!r})")
+
+
+def with_langchain(base_url, model):
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
+    @tool
+    def get_weather(city: str, unit: Literal["celsius", "fahrenheit"]) -> str:
+        """Get the current weather in a city."""
+        return "sunny"
+
+    llm = ChatOpenAI(base_url=base_url, api_key="unused", model=model, temperature=0,
+                     max_tokens=80, max_retries=0)
+    msg = llm.bind_tools([get_weather], tool_choice="required").invoke("What is the weather in Rome, in celsius?")
+    calls = msg.tool_calls
+    check(len(calls) >= 1 and all(c["name"] == "get_weather" for c in calls),
+          f"langchain bind_tools: a get_weather call ({calls})")
+    args = calls[0]["args"]
+    check(set(args) == {"city", "unit"} and args["unit"] in ("celsius", "fahrenheit"),
+          f"langchain bind_tools: arguments valid ({args})")
+    p = llm.with_structured_output(Person, method="function_calling").invoke(
+        "Alan Turing was 41 when he died.")
+    check(isinstance(p, Person), f"langchain with_structured_output(function_calling): a Person ({p!r})")
+
+
+def main(base_url, model, only):
+    parts = {
+        "reorder": lambda: reorder(base_url, model),
+        "orchestrator": lambda: orchestrator(base_url, model, streamed=False),
+        "orchestrator_stream": lambda: orchestrator(base_url, model, streamed=True),
+        "instructor": lambda: with_instructor(base_url, model),
+        "langchain": lambda: with_langchain(base_url, model),
+    }
+    for name, run in parts.items():
+        if not only or name in only:
+            run()
+    print("all checks passed", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3:])
