@@ -4,19 +4,23 @@
 //! `parameters` automaton of every tool and the final answer's form ([`FinalAnswer`]):
 //!
 //! ```text
-//! turn   := calls | answer
+//! turn   := text? calls | text | json
 //! calls  := call ("\n" call)*                  (between min_calls and max_calls of them)
 //! call   := "<tool_call>\n{\"name\": \"" NAME "\", \"arguments\": " ARGS "}\n</tool_call>"
-//! answer := free text that does not begin like a call | a JSON value of the answer schema
+//! text   := free text whose lines do not begin like a call; before calls it ends a line
+//! json   := a JSON value of the answer schema (`response_format`), instead of text
 //! ```
 //!
 //! `NAME` is exactly one of the tools' names and `ARGS` a valid instance of that tool's
 //! `parameters` (its own automaton, so compact JSON with no raw newline). The call
 //! wrapper is the Hermes form Qwen2.5's chat template writes (`<tool_call>` is one token
-//! of its vocabulary). Free text may not start with `{`, `[`, `<`, a backtick or
-//! whitespace, so a call the model begins (a bare `{"name"`, a code fence, a tag) can
-//! only be a real one; a JSON answer starts with `{`/`[`/a literal, never `<`, so the
-//! first byte decides the branch and the automaton stays deterministic.
+//! of its vocabulary). No line of free text may begin (after any indent) with `{`, `[`,
+//! `<` or a backtick, and the text may not begin with whitespace; a `<` at the very
+//! start of a line is the opener of a call (when calls are allowed). So a call the model
+//! begins, a bare `{"name"`, a code fence or a tag, can only be a real one, and text
+//! the model writes before its calls ("Here are the calls:") is the turn's content. A
+//! JSON answer starts with `{`/`[`/a literal, never `<`, so the first byte decides the
+//! branch and the automaton stays deterministic.
 //!
 //! Every state can reach acceptance, as the contract asks: a call in progress finishes
 //! through its tool's shortest arguments, and the answer through its own automaton.
@@ -38,6 +42,8 @@ pub const CALL_SEP: u8 = b'\n';
 
 /// The first bytes free text may not start with (see the module docs).
 pub const TEXT_FORBIDDEN_START: &[u8] = b"{[<` \t\n\r";
+/// The bytes no line of free text may begin with, after any indent.
+pub const LINE_FORBIDDEN_START: &[u8] = b"{[<`";
 
 /// A tool the turn may call.
 #[derive(Clone)]
@@ -87,8 +93,9 @@ pub struct ToolTurn {
 pub enum TurnState {
     /// Nothing written yet.
     Start,
-    /// Inside free text.
-    Text,
+    /// Inside free text: at the start of a line (after `\n`), in its indent (spaces,
+    /// tabs), or past its first other byte.
+    Text(Line),
     /// Inside the JSON answer.
     Answer(JsonState),
     /// `pos` bytes of the opener (`CALL_OPEN`, after a `CALL_SEP` when `calls > 0`).
@@ -112,6 +119,14 @@ pub enum TurnState {
     Close { pos: u8, calls: u16 },
     /// `calls` calls complete.
     After { calls: u16 },
+}
+
+/// Where free text is within its line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Line {
+    Start,
+    Indent,
+    Rest,
 }
 
 fn name_ok(n: &str) -> bool {
@@ -227,6 +242,26 @@ impl ToolTurn {
     fn args(&self, tool: u32) -> &Automaton {
         &self.tools[tool as usize].parameters
     }
+
+    /// One byte of free text at `line`.
+    fn text_step(&self, line: Line, b: u8) -> Option<TurnState> {
+        match (line, b) {
+            (Line::Start, b'<') if self.may_call(0) => Some(TurnState::Open { pos: 1, calls: 0 }),
+            (Line::Start | Line::Indent, b) if LINE_FORBIDDEN_START.contains(&b) => None,
+            (_, b'\n') => Some(TurnState::Text(Line::Start)),
+            (Line::Start | Line::Indent, b' ' | b'\t' | b'\r') => Some(TurnState::Text(Line::Indent)),
+            _ => Some(TurnState::Text(Line::Rest)),
+        }
+    }
+
+    /// The bytes `text_step` takes at `line`, as a set.
+    fn text_bytes(&self, line: Line, set: &mut [u64; 4]) {
+        for b in 0..=255u8 {
+            if self.text_step(line, b).is_some() {
+                set[b as usize >> 6] |= 1u64 << (b & 63);
+            }
+        }
+    }
 }
 
 impl ByteAutomaton for ToolTurn {
@@ -245,11 +280,11 @@ impl ByteAutomaton for ToolTurn {
                 }
                 match &self.answer {
                     FinalAnswer::None => None,
-                    FinalAnswer::Text => (!TEXT_FORBIDDEN_START.contains(&b)).then_some(Text),
+                    FinalAnswer::Text => (!TEXT_FORBIDDEN_START.contains(&b)).then(|| self.text_step(Line::Start, b)).flatten(),
                     FinalAnswer::Json(a) => a.step(&a.start(), b).map(Answer),
                 }
             }
-            Text => Some(Text),
+            Text(line) => self.text_step(*line, b),
             Answer(j) => match &self.answer {
                 FinalAnswer::Json(a) => a.step(j, b).map(Answer),
                 _ => None,
@@ -352,7 +387,7 @@ impl ByteAutomaton for ToolTurn {
     fn is_accepting(&self, s: &TurnState) -> bool {
         match s {
             TurnState::Start => matches!(self.answer, FinalAnswer::Text),
-            TurnState::Text => true,
+            TurnState::Text(_) => true,
             TurnState::Answer(j) => match &self.answer {
                 FinalAnswer::Json(a) => a.is_accepting(j),
                 _ => false,
@@ -401,7 +436,7 @@ impl ByteAutomaton for ToolTurn {
                     (None, None) => Vec::new(),
                 }
             }
-            Text => Vec::new(),
+            Text(_) => Vec::new(),
             Answer(j) => match &self.answer {
                 FinalAnswer::Json(a) => a.shortest_completion(j),
                 _ => Vec::new(),
@@ -431,7 +466,7 @@ impl ByteAutomaton for ToolTurn {
 
     fn plain_chars_allowed(&self, s: &TurnState) -> Option<u32> {
         match s {
-            TurnState::Text => Some(u32::MAX),
+            TurnState::Text(Line::Rest) => Some(u32::MAX),
             TurnState::Answer(j) => match &self.answer {
                 FinalAnswer::Json(a) => a.plain_chars_allowed(j),
                 _ => None,
@@ -491,7 +526,8 @@ impl ByteAutomaton for ToolTurn {
                     }
                 }
             }
-            TurnState::Text => return None,
+            TurnState::Text(Line::Rest) => return None,
+            TurnState::Text(line) => self.text_bytes(*line, &mut set),
             TurnState::Answer(j) => match &self.answer {
                 FinalAnswer::Json(a) => return a.allowed_bytes(j),
                 _ => {}
@@ -584,9 +620,17 @@ mod tests {
             " hi",
             "[1]",
             "<tools>",
+            "Here:\n{\"name\"",
+            "Here:\n  {",
+            "Here:\n```",
+            "Here:\n<tools>",
         ] {
             assert!(run(&t, bad).is_none(), "{bad:?}");
         }
+        // Text before the calls, ending a line; braces inside a line are text.
+        assert!(accepts(&t, &format!("Here are the calls:\n\n{one}")));
+        assert!(accepts(&t, "Use {x} and <b>.\n  ok"));
+        assert!(run(&t, &format!("Here: {one}")).is_none());
         // Unknown names, near misses, bad or extra arguments: refused on the byte.
         assert!(run(&t, &call("get_weathers", "{}")).is_none());
         assert!(run(&t, &call("get_wheather", "{}")).is_none());
@@ -609,6 +653,11 @@ mod tests {
         let c = call("get", "{}");
         assert!(accepts(&one, &c));
         assert!(run(&one, &format!("{c}\n")).is_none());
+        // No call at all: a line may not begin with `<`.
+        let none = ToolTurn::new(tools(), FinalAnswer::Text, 0, 0).unwrap();
+        assert!(run(&none, "<").is_none());
+        assert!(run(&none, "a\n<").is_none());
+        assert!(accepts(&none, "a <b>"));
         assert!(matches!(
             ToolTurn::new(vec![], FinalAnswer::None, 1, 1),
             Err(ToolTurnError::Empty)

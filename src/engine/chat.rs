@@ -20,7 +20,7 @@ use formwork_grammar::matcher::{Grammar, Matcher};
 use formwork_models::chat::ChatMessage;
 use serde_json::Value;
 
-use super::decode::{decode_free, DecodeOptions, DecodeOutput, Stop, Until, Watch};
+use super::decode::{decode_free, DecodeOptions, DecodeOutput, Redirect, Stop, Until, Watch};
 use super::{Engine, VerdictKind};
 use crate::sampling::{Sampler, Sampling};
 use crate::validate::{LineError, Validator, Verdict};
@@ -203,6 +203,7 @@ impl Engine {
             max_tokens: opts.max_tokens.min(context - ids.len()),
             deadline: opts.timeout.map(|t| started + t),
             watch: opts.watch.clone(),
+            redirect: matches!(constraint, Constraint::Tools(_)).then(|| self.tool_redirect()),
             ..DecodeOptions::default()
         };
         let run = self.prefill(&ids, &[shared]).and_then(|logits| {
@@ -242,6 +243,36 @@ impl Engine {
         }
         answer.ms = started.elapsed().as_millis() as u64;
         Ok(answer)
+    }
+
+    /// The tool turns' [`Redirect`]: tokens that begin like a call (`{`, `[`, `<`, a
+    /// backtick, after any whitespace) lead to the opener's token (`<tool_call>` where
+    /// the vocabulary has it, else `<`). Built once per engine.
+    fn tool_redirect(&mut self) -> Arc<Redirect> {
+        if let Some(r) = &self.redirect {
+            return r.clone();
+        }
+        let tok = &self.loaded.tokenizer;
+        let opener = std::str::from_utf8(formwork_grammar::tools::CALL_OPEN)
+            .unwrap_or("<")
+            .split('\n')
+            .next()
+            .unwrap_or("<");
+        let to = [opener, "<"]
+            .iter()
+            .find_map(|t| {
+                self.trie
+                    .token_with_bytes(t.as_bytes())
+                    .filter(|&id| self.trie.is_usable(id))
+            })
+            .unwrap_or(0);
+        let r = Arc::new(Redirect::new(
+            tok,
+            formwork_grammar::tools::LINE_FORBIDDEN_START,
+            to,
+        ));
+        self.redirect = Some(r.clone());
+        r
     }
 
     /// The leading tokens of `ids` shared by every conversation that differs only in
@@ -354,7 +385,12 @@ fn finish_tools(answer: &mut ChatAnswer, t: &super::tools::Toolbox, cut: Option<
         }
     }
     answer.value = None;
-    if let (Some(text), Some(v), true) = (&turn.content, &t.answer, t.answer_is_json) {
+    if let (Some(text), Some(v), true, true) = (
+        &turn.content,
+        &t.answer,
+        t.answer_is_json,
+        turn.calls.is_empty(),
+    ) {
         set_verdict(answer, v.check(text));
     }
 }

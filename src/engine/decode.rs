@@ -117,6 +117,39 @@ pub struct DecodeOptions {
     /// Grounded fields ([`super::ground`]): each grounded string is judged as it is
     /// completed, and one the document does not state is taken back and written `null`.
     pub grounding: Option<std::sync::Arc<Grounding>>,
+    /// Tool turns: where the model's own best token is refused and begins like a
+    /// call, the call's opener is picked (see [`Redirect`]).
+    pub redirect: Option<std::sync::Arc<Redirect>>,
+}
+
+/// A model that means to call a tool but starts it its own way (a bare `{"name"`, a
+/// code fence, a tag) is taken at its word: where its best token, before the mask, is
+/// one of `from` and refused, and `to` is allowed, `to` is picked. The tool grammar
+/// refuses `from` exactly where a line of text begins and allows the opener there,
+/// so this is the decision "call or text" read from the model, not a change of the
+/// mask: the output stays what the grammar allows. The best token is the argmax of the
+/// logits under any sampling, so the decision is the same at every temperature.
+#[derive(Clone, Debug)]
+pub struct Redirect {
+    pub from: TokenSet,
+    pub to: u32,
+}
+
+impl Redirect {
+    /// Tokens whose bytes, after any whitespace, begin with one of `starts`; `to` is
+    /// the opener's token.
+    pub fn new(codec: &dyn Codec, starts: &[u8], to: u32) -> Redirect {
+        let vocab = codec.token_bytes();
+        let eos = codec.eos_ids();
+        let mut from = TokenSet::new(vocab.len());
+        for (i, b) in vocab.iter().enumerate() {
+            let first = b.iter().find(|c| !c.is_ascii_whitespace());
+            if first.is_some_and(|c| starts.contains(c)) && !eos.contains(&(i as u32)) {
+                from.allow(i as u32);
+            }
+        }
+        Redirect { from, to }
+    }
 }
 
 impl Default for DecodeOptions {
@@ -130,6 +163,7 @@ impl Default for DecodeOptions {
             deadline: None,
             watch: None,
             grounding: None,
+            redirect: None,
         }
     }
 }
@@ -823,7 +857,14 @@ pub fn decode_masked(
 
         // 3. Sample under the mask (steered when the budget restricts it).
         out.steered |= matcher.is_steering();
-        let picked = if matcher.null_competes() {
+        let redirected = opts.redirect.as_ref().and_then(|r| {
+            let best = crate::sampling::argmax(&logits, |_| true)?;
+            (r.from.contains(best) && !matcher.is_allowed(best) && matcher.is_allowed(r.to))
+                .then_some(r.to)
+        });
+        let picked = if redirected.is_some() {
+            redirected
+        } else if matcher.null_competes() {
             pick_null_or_value(matcher, codec, sampler, &logits, &mut mask, opts, &mut out)
         } else if opts.null_bias != 0.0 {
             let c = crossers.get_or_insert_with(|| crossing_candidates(codec));

@@ -268,6 +268,8 @@ pub struct Engine {
     pub reuse_prefix: bool,
     /// Tokens fed from a reused prefix (for measuring the saving).
     pub prefix_tokens_reused: usize,
+    /// The tool turns' redirect of call-like tokens, built on first use.
+    redirect: Option<Arc<decode::Redirect>>,
 }
 
 /// The token trie of a tokenizer's vocabulary: raw bytes, control tokens, EOS ids.
@@ -286,6 +288,7 @@ impl Engine {
             prefix: Arc::default(),
             reuse_prefix: true,
             prefix_tokens_reused: 0,
+            redirect: None,
         }
     }
 

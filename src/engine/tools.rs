@@ -327,7 +327,8 @@ pub fn compile_toolbox(
 /// The model's turn read back.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Turn {
-    /// Text (or the JSON answer) when the turn made no call.
+    /// The text of the turn: the answer when it made no call, or the text before its
+    /// calls (trailing whitespace dropped; None when there was none).
     pub content: Option<String>,
     /// The calls, in order: name and arguments text. Ids are the caller's to give.
     pub calls: Vec<(String, String)>,
@@ -339,13 +340,12 @@ pub struct Turn {
 /// `partial` set; nothing else can fail, because the grammar wrote the text.
 pub fn parse_turn(text: &str) -> Turn {
     let mut turn = Turn::default();
-    if !text.starts_with('<') {
-        turn.content = Some(text.to_string());
-        return turn;
-    }
     let mut s = TurnStream::default();
     let mut calls: Vec<(String, String)> = Vec::new();
-    for ev in s.feed(text) {
+    let mut content = String::new();
+    let mut events = s.feed(text);
+    events.extend(s.finish());
+    for ev in events {
         match ev {
             TurnEvent::CallStart { name, .. } => calls.push((name, String::new())),
             TurnEvent::Arguments { piece, .. } => {
@@ -353,12 +353,18 @@ pub fn parse_turn(text: &str) -> Turn {
                     c.1.push_str(&piece)
                 }
             }
-            TurnEvent::CallEnd { .. } | TurnEvent::Content(_) => {}
+            TurnEvent::Content(c) => content.push_str(&c),
+            TurnEvent::CallEnd { .. } => {}
         }
     }
     let done = s.calls_done;
-    turn.partial = calls.len() > done || s.pos < text.len();
+    turn.partial = calls.len() > done || (s.is_calls() && s.pos < text.len());
     calls.truncate(done);
+    turn.content = if calls.is_empty() && !s.is_calls() {
+        Some(content)
+    } else {
+        Some(content).filter(|c| !c.is_empty())
+    };
     turn.calls = calls;
     turn
 }
@@ -389,15 +395,19 @@ enum Phase {
 }
 
 /// Splits a growing [`ToolTurn`] output into [`TurnEvent`]s without parsing JSON:
-/// the grammar fixes the wrapper's bytes, and arguments are compact JSON with no raw
-/// newline, so the first `}\n</tool_call>` after them ends a call. Bytes that may be
-/// the start of that closer are held back until the next text decides.
+/// the grammar fixes the wrapper's bytes, a `<` that begins a line of text is the
+/// first call's opener, and arguments are compact JSON with no raw newline, so the
+/// first `}\n</tool_call>` after them ends a call. Bytes that may be the start of that
+/// closer, and whitespace at the end of text (dropped when calls follow), are held
+/// back until the next text decides ([`TurnStream::finish`] releases the text's).
 #[derive(Clone, Debug, Default)]
 pub struct TurnStream {
     buf: String,
     pos: usize,
     phase: Phase,
     calls_done: usize,
+    /// No tools: all text is content, sent as it comes.
+    content_only: bool,
 }
 
 impl TurnStream {
@@ -405,8 +415,20 @@ impl TurnStream {
     pub fn content_only() -> TurnStream {
         TurnStream {
             phase: Phase::Content,
+            content_only: true,
             ..TurnStream::default()
         }
+    }
+
+    /// The end of the output: text held back (trailing whitespace of an answer with
+    /// no calls) is content after all.
+    pub fn finish(&mut self) -> Vec<TurnEvent> {
+        if self.phase != Phase::Content || self.pos >= self.buf.len() {
+            return Vec::new();
+        }
+        let rest = self.buf[self.pos..].to_string();
+        self.pos = self.buf.len();
+        vec![TurnEvent::Content(rest)]
     }
 
     /// Calls completed so far.
@@ -434,10 +456,27 @@ impl TurnStream {
                         Phase::Content
                     };
                 }
-                Phase::Content => {
+                Phase::Content if self.content_only => {
                     if !rest.is_empty() {
                         out.push(TurnEvent::Content(rest.to_string()));
                         self.pos = self.buf.len();
+                    }
+                    break;
+                }
+                Phase::Content => {
+                    if let Some(k) = rest.find("\n<") {
+                        let text = rest[..k].trim_end();
+                        if !text.is_empty() {
+                            out.push(TurnEvent::Content(text.to_string()));
+                        }
+                        self.pos += k + 1;
+                        self.phase = Phase::Open;
+                        continue;
+                    }
+                    let keep = rest.trim_end().len();
+                    if keep > 0 {
+                        out.push(TurnEvent::Content(rest[..keep].to_string()));
+                        self.pos += keep;
                     }
                     break;
                 }
@@ -616,6 +655,41 @@ mod tests {
             assert_eq!(calls, whole.calls);
             assert_eq!(ends, 2);
         }
+    }
+
+    #[test]
+    fn text_before_calls_is_content_streamed_or_not() {
+        let text = format!(
+            "Here are the calls:\n\n{}",
+            call_text("get", "{}")
+        );
+        let whole = parse_turn(&text);
+        assert_eq!(whole.content.as_deref(), Some("Here are the calls:"));
+        assert_eq!(whole.calls, vec![("get".to_string(), "{}".to_string())]);
+        for i in 1..text.len() {
+            let mut s = TurnStream::default();
+            let mut content = String::new();
+            let mut calls = 0;
+            for ev in s.feed(&text[..i]).into_iter().chain(s.feed(&text[i..])).chain(s.finish()) {
+                match ev {
+                    TurnEvent::Content(c) => content.push_str(&c),
+                    TurnEvent::CallEnd { .. } => calls += 1,
+                    _ => {}
+                }
+            }
+            assert_eq!((content.as_str(), calls), ("Here are the calls:", 1), "split at {i}");
+        }
+        // Without calls, trailing whitespace is part of the answer.
+        let t = parse_turn("Sunny.\n\n");
+        assert_eq!(t.content.as_deref(), Some("Sunny.\n\n"));
+        let mut s = TurnStream::default();
+        let mut c = String::new();
+        for ev in s.feed("Sunny.\n").into_iter().chain(s.feed("\n")).chain(s.finish()) {
+            if let TurnEvent::Content(x) = ev {
+                c.push_str(&x);
+            }
+        }
+        assert_eq!(c, "Sunny.\n\n");
     }
 
     #[test]

@@ -24,6 +24,7 @@ impl Engine {
             prefix: self.prefix.clone(),
             reuse_prefix: self.reuse_prefix,
             prefix_tokens_reused: 0,
+            redirect: self.redirect.clone(),
         }
     }
 

@@ -794,7 +794,7 @@ fn chat_message(ans: &ChatAnswer, rid: &str) -> Value {
                            "function": {"name": name, "arguments": args}})
                 })
                 .collect();
-            json!({"role": "assistant", "content": null, "tool_calls": calls, "refusal": null})
+            json!({"role": "assistant", "content": t.content, "tool_calls": calls, "refusal": null})
         }
         Some(t) => json!({"role": "assistant", "content": t.content.clone().unwrap_or_default(), "refusal": null}),
         None => json!({"role": "assistant", "content": ans.text, "refusal": null}),
@@ -945,6 +945,25 @@ impl ChatDeltas {
         out
     }
 
+    /// The end of the output: text held back.
+    fn finish(&mut self) -> Vec<Value> {
+        let Some(ts) = &mut self.turn else { return Vec::new() };
+        let events = ts.finish();
+        let mut out = Vec::new();
+        for ev in events {
+            if let TurnEvent::Content(c) = ev {
+                out.push(json!({ "content": c }));
+            }
+        }
+        if !self.role_sent {
+            if let Some(Value::Object(first)) = out.first_mut() {
+                first.insert("role".into(), json!("assistant"));
+                self.role_sent = true;
+            }
+        }
+        out
+    }
+
     /// The role delta, when no delta carried it (an empty answer).
     fn role_if_unsent(&mut self) -> Option<Value> {
         (!std::mem::replace(&mut self.role_sent, true))
@@ -1044,6 +1063,7 @@ async fn stream(state: Shared, a: Admitted, rid: String) -> Result<Response, Api
                         tail = deltas.deltas(rest);
                     }
                 }
+                tail.extend(deltas.finish());
                 tail.extend(deltas.role_if_unsent());
                 for delta in tail {
                     let _ = etx
@@ -1160,10 +1180,15 @@ impl ResponseEcho {
 fn response_output(ans: &ChatAnswer, rid: &str, complete: bool) -> Vec<Value> {
     match &ans.tools {
         Some(t) if !t.calls.is_empty() => t
-            .calls
+            .content
             .iter()
-            .enumerate()
-            .map(|(i, (name, args))| function_call_item(rid, i, name, args, "completed"))
+            .map(|c| message_item(rid, c, true))
+            .chain(
+                t.calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (name, args))| function_call_item(rid, i, name, args, "completed")),
+            )
             .collect(),
         other => {
             let text = match other {
@@ -1246,8 +1271,9 @@ struct ResponseEvents {
     turn: TurnStream,
     rid: String,
     seq: u64,
-    /// The item open now: (output index, call name; None for the message).
-    open: Option<(usize, Option<String>)>,
+    /// The item open now: its output index, and the call's index and name (None for
+    /// the message).
+    open: Option<(usize, Option<(usize, String)>)>,
     /// Its text or arguments so far.
     acc: String,
     next_index: usize,
@@ -1314,14 +1340,14 @@ impl ResponseEvents {
                 let e = self.event("response.output_item.done", json!({"output_index": i, "item": item}));
                 out.push(e);
             }
-            Some(name) => {
-                let item_id = format!("fc_{}_{i}", self.rid);
+            Some((call, name)) => {
+                let item_id = format!("fc_{}_{call}", self.rid);
                 let e = self.event(
                     "response.function_call_arguments.done",
                     json!({"item_id": item_id, "output_index": i, "name": name, "arguments": acc}),
                 );
                 out.push(e);
-                let item = function_call_item(&self.rid, i, &name, &acc, "completed");
+                let item = function_call_item(&self.rid, call, &name, &acc, "completed");
                 let e = self.event("response.output_item.done", json!({"output_index": i, "item": item}));
                 out.push(e);
             }
@@ -1329,8 +1355,19 @@ impl ResponseEvents {
     }
 
     fn feed(&mut self, text: &str) -> Vec<Value> {
+        let events = self.turn.feed(text);
+        self.apply(events)
+    }
+
+    /// The end of the output: any text held back.
+    fn finish(&mut self) -> Vec<Value> {
+        let events = self.turn.finish();
+        self.apply(events)
+    }
+
+    fn apply(&mut self, events: Vec<TurnEvent>) -> Vec<Value> {
         let mut out = Vec::new();
-        for ev in self.turn.feed(text) {
+        for ev in events {
             match ev {
                 TurnEvent::Content(c) => {
                     if self.open.is_none() {
@@ -1346,9 +1383,11 @@ impl ResponseEvents {
                     out.push(e);
                 }
                 TurnEvent::CallStart { index, name } => {
+                    // Text before the calls is a message item of its own.
+                    self.close(&mut out, true);
                     let i = self.next_index;
                     self.next_index += 1;
-                    self.open = Some((i, Some(name.clone())));
+                    self.open = Some((i, Some((index, name.clone()))));
                     let item = function_call_item(&self.rid, index, &name, "", "in_progress");
                     let e = self.event("response.output_item.added", json!({"output_index": i, "item": item}));
                     out.push(e);
@@ -1443,6 +1482,7 @@ async fn responses_stream(
                 }
                 let (finish, _) = finish_reason(&ans, Some(a.context));
                 let complete = finish != "length";
+                tail.extend(ev.finish());
                 let is_calls = ans.tools.as_ref().is_some_and(|t| !t.calls.is_empty());
                 if ev.open.is_none() && ev.next_index == 0 && !is_calls {
                     // An empty answer still has its message item.
