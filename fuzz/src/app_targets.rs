@@ -160,6 +160,39 @@ pub fn serve_request(data: &[u8]) {
             "a request without messages was taken"
         );
         assert!(serde_json::from_slice::<Value>(data).is_ok_and(|v| v.is_object()));
+        // Tools: every name is unique, a named choice names one of them, and the
+        // turn's grammar compiles or its error is a one-line 400.
+        let names: Vec<&str> = req.tools.iter().map(|t| t.name.as_str()).collect();
+        for (i, n) in names.iter().enumerate() {
+            assert!(!names[..i].contains(n), "tool {n} taken twice");
+        }
+        if let formwork::engine::tools::ToolChoice::Only { names: chosen, .. } = &req.tool_choice {
+            assert!(chosen.iter().all(|c| names.contains(&c.as_str())), "{chosen:?}");
+        }
+        if !req.tools.is_empty() {
+            match formwork::engine::tools::compile_toolbox(
+                &req.tools,
+                &req.tool_choice,
+                req.parallel_tool_calls,
+                None,
+            ) {
+                Ok(t) => {
+                    // The turn's shortest text is one the grammar takes.
+                    let m = formwork_grammar::Matcher::new(
+                        t.grammar.clone(),
+                        std::sync::Arc::new(formwork_grammar::TokTrie::new(
+                            (0u8..=255).map(|b| vec![b]).collect(),
+                            &[],
+                            &[],
+                        )),
+                    );
+                    let mut m2 = m.clone();
+                    let text = m.shortest_completion();
+                    assert!(m2.commit_bytes(&text).is_ok() && m2.is_accepting());
+                }
+                Err(e) => assert!(!e.to_string().contains('\n'), "{e}"),
+            }
+        }
         if let Format::Schema { name, schema } = req.format {
             let Ok(mut s) = formwork::engine::Schema::new(schema) else {
                 continue;
@@ -178,12 +211,20 @@ pub fn serve_request(data: &[u8]) {
 /// parameter), so that the type and range checks behind the JSON parse are reached,
 /// then [`serve_request`] on the result.
 pub fn serve_request_structured(data: &[u8]) {
-    const BASES: [&str; 3] = [
+    const BASES: [&str; 5] = [
+        r#"{"model":"m","messages":[{"role":"user","content":"w?"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"P\"}"}}]},{"role":"tool","tool_call_id":"c1","content":[{"type":"text","text":"sunny"}]}],"tools":[{"type":"function","function":{"name":"get_weather","description":"d","parameters":{"type":"object","properties":{"city":{"type":"string","maxLength":9}},"required":["city"]},"strict":true}},{"type":"function","function":{"name":"get_time"}}],"tool_choice":{"type":"function","function":{"name":"get_weather"}},"parallel_tool_calls":false}"#,
+        r#"{"model":"m","input":[{"role":"user","content":"x"},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"o"}],"tools":[{"type":"function","name":"f","parameters":{"type":"object","properties":{"n":{"enum":[1,2]}}}}],"tool_choice":{"type":"allowed_tools","mode":"required","tools":[{"type":"function","name":"f"}]},"stream":true}"#,
         r#"{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":[{"type":"text","text":"hi"}]}],"response_format":{"type":"json_schema","json_schema":{"name":"P","strict":true,"schema":{"type":"object","properties":{"a":{"type":"integer","minimum":0}},"required":["a"]}}},"max_completion_tokens":64,"temperature":0.5,"top_p":0.9,"seed":1,"stream":true,"stream_options":{"include_usage":true}}"#,
         r#"{"model":"m","instructions":"i","input":[{"type":"message","role":"user","content":"x"}],"text":{"format":{"type":"json_schema","name":"F","schema":{"type":"array","items":{"enum":[1,"a",null]},"maxItems":3}}},"max_output_tokens":16}"#,
         r#"{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"},"max_tokens":8}"#,
     ];
-    const VALUES: [&str; 16] = [
+    const VALUES: [&str; 22] = [
+        "\"required\"",
+        "\"tool\"",
+        "\"{\\\"a\\\":\"",
+        "[{\"type\":\"function\",\"function\":{\"name\":\"g\"}}]",
+        "{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}",
+        "{\"type\":\"object\",\"properties\":{\"x\":{\"pattern\":\"(?<=a)\"}}}",
         "null",
         "true",
         "0",
@@ -201,7 +242,13 @@ pub fn serve_request_structured(data: &[u8]) {
         "\"user\"",
         "{\"$ref\":\"#/x\"}",
     ];
-    const KEYS: [&str; 12] = [
+    const KEYS: [&str; 18] = [
+        "tool_choice",
+        "parallel_tool_calls",
+        "tool_calls",
+        "tool_call_id",
+        "arguments",
+        "parameters",
         "model",
         "messages",
         "input",
