@@ -108,9 +108,12 @@ fn every_tool_choice_is_enforced_on_the_wire() {
         assert!(v["usage"]["completion_tokens"].as_u64().unwrap() > 0);
         assert_eq!(v["formwork"]["verdict"], "valid");
     }
-    // A named function: only that tool.
+    // A named function: only that tool. The system message with the tools is the
+    // prefix every request of these tools shares: its KV state is reused.
     let named = json!({"type": "function", "function": {"name": "get_time"}});
     let r = s.post(CC, &ask(json!({"tool_choice": named})));
+    let cached = r.json()["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+    assert!(cached > 100, "the tools' prefix was not reused: {cached} cached tokens");
     let calls = r.json()["choices"][0]["message"]["tool_calls"].clone();
     let names = check_calls(calls.as_array().unwrap());
     assert!(!names.is_empty() && names.iter().all(|n| n == "get_time"), "{names:?}");
