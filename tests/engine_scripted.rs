@@ -871,3 +871,68 @@ fn free_decoding_ends_at_the_budget_without_a_wasted_pass() {
     assert_eq!(out.stop, Stop::Budget);
     assert_eq!(calls.len(), 1 + 3);
 }
+
+/// A tool turn (one tool `get(city)`, calls or text) decoded with `first` the model's
+/// preference at the start, and the opener redirect on or off.
+fn tool_turn_run(first: &[u32], redirect: bool) -> String {
+    use formwork::engine::decode::Redirect;
+    use formwork_grammar::tools::{FinalAnswer, ToolSpec, ToolTurn, LINE_FORBIDDEN_START};
+    let codec = ByteCodec::new();
+    let params = json!({"type": "object", "properties": {"city": {"type": "string"}},
+                        "required": ["city"], "additionalProperties": false});
+    let tool = ToolSpec {
+        name: "get".into(),
+        parameters: compile(&params, &Config::default()).unwrap(),
+    };
+    let turn = ToolTurn::new(vec![tool], FinalAnswer::Text, 0, 4).unwrap();
+    let mut matcher = Matcher::new(Grammar::new(Arc::new(turn)), codec.trie());
+    let first = first.to_vec();
+    let mut model = ScriptedModel::new(move |h| {
+        let out: Vec<u8> = h[PROMPT.len()..].iter().map(|&t| t as u8).collect();
+        if out.is_empty() {
+            prefer(&first)
+        } else if out.ends_with(b"\"city\":\"") {
+            prefer(&[b'P' as u32])
+        } else if out.ends_with(b"P") {
+            prefer(&[b'"' as u32])
+        } else {
+            prefer(&[EOS, b'}' as u32])
+        }
+    });
+    let prompt: Vec<u32> = PROMPT.iter().map(|&b| b as u32).collect();
+    let logits = model.forward(&prompt, 0).unwrap();
+    let mut boxed: Box<dyn LanguageModel> = Box::new(model.clone());
+    let opts = DecodeOptions {
+        max_tokens: 80,
+        redirect: redirect
+            .then(|| Arc::new(Redirect::new(&codec, LINE_FORBIDDEN_START, codec.id("<")))),
+        ..Default::default()
+    };
+    let mut sampler = Sampler::new(Sampling::Greedy, 0);
+    let out = decode_masked(
+        &mut boxed,
+        &codec,
+        &mut matcher,
+        &mut sampler,
+        logits,
+        prompt.len(),
+        &opts,
+    )
+    .unwrap();
+    assert!(matcher.is_accepting());
+    String::from_utf8(out.bytes).unwrap()
+}
+
+#[test]
+fn a_call_the_model_starts_its_own_way_becomes_a_real_one() {
+    let call = "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"city\":\"P\"}}\n</tool_call>";
+    // The model's best start is a code fence (refused): with the redirect it is a call,
+    // the opener and the name forced, the city the model's.
+    for start in [b'`', b'{', b'['] {
+        assert_eq!(tool_turn_run(&[start as u32, b'H' as u32], true), call);
+        // Without it, the model's next best allowed token: text.
+        assert_eq!(tool_turn_run(&[start as u32, b'H' as u32], false), "H");
+    }
+    // A model that means text keeps its text.
+    assert_eq!(tool_turn_run(&[b'H' as u32, b'`' as u32], true), "H");
+}

@@ -459,9 +459,8 @@ fn streaming_sends_role_deltas_finish_usage_and_done() {
 
     // An error after the stream began would be `data: {"error":…}`; an error found
     // before it is a plain OpenAI error with its status.
-    let bad = chat(
-        json!({"stream": true, "tools": [{"type": "function", "function": {"name": "f f"}}]}),
-    );
+    let bad =
+        chat(json!({"stream": true, "tools": [{"type": "function", "function": {"name": "f f"}}]}));
     let (status, _, _, _) = read_sse(&s, &bad);
     assert_eq!(status, 400);
 }

@@ -72,7 +72,9 @@ fn check_calls(calls: &[Value]) -> Vec<String> {
                 "get_time" => time_params(),
                 other => panic!("a call to {other}, which is not a tool"),
             };
-            let args = c["function"]["arguments"].as_str().expect("arguments a string");
+            let args = c["function"]["arguments"]
+                .as_str()
+                .expect("arguments a string");
             let v = Validator::new(&params).unwrap();
             assert!(
                 matches!(v.check(args), Verdict::Valid(_)),
@@ -92,7 +94,10 @@ fn every_tool_choice_is_enforced_on_the_wire() {
     let s = Server::start("tools-choice", &["--parallel", "1"], &[]);
     // required: at least one call, no content, finish_reason tool_calls, usage.
     for parallel in [true, false] {
-        let r = s.post(CC, &ask(json!({"tool_choice": "required", "parallel_tool_calls": parallel})));
+        let r = s.post(
+            CC,
+            &ask(json!({"tool_choice": "required", "parallel_tool_calls": parallel})),
+        );
         assert_eq!(r.status, 200, "{}", r.text());
         let v = r.json();
         let msg = &v["choices"][0]["message"];
@@ -112,25 +117,39 @@ fn every_tool_choice_is_enforced_on_the_wire() {
     // prefix every request of these tools shares: its KV state is reused.
     let named = json!({"type": "function", "function": {"name": "get_time"}});
     let r = s.post(CC, &ask(json!({"tool_choice": named})));
-    let cached = r.json()["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
-    assert!(cached > 100, "the tools' prefix was not reused: {cached} cached tokens");
+    let cached = r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        cached > 100,
+        "the tools' prefix was not reused: {cached} cached tokens"
+    );
     let calls = r.json()["choices"][0]["message"]["tool_calls"].clone();
     let names = check_calls(calls.as_array().unwrap());
-    assert!(!names.is_empty() && names.iter().all(|n| n == "get_time"), "{names:?}");
+    assert!(
+        !names.is_empty() && names.iter().all(|n| n == "get_time"),
+        "{names:?}"
+    );
     // allowed_tools, required: only those.
     let allowed = json!({"type": "allowed_tools", "allowed_tools": {"mode": "required",
         "tools": [{"type": "function", "function": {"name": "get_weather"}}]}});
     let r = s.post(CC, &ask(json!({"tool_choice": allowed})));
     let calls = r.json()["choices"][0]["message"]["tool_calls"].clone();
     let names = check_calls(calls.as_array().unwrap());
-    assert!(!names.is_empty() && names.iter().all(|n| n == "get_weather"), "{names:?}");
+    assert!(
+        !names.is_empty() && names.iter().all(|n| n == "get_weather"),
+        "{names:?}"
+    );
     // none: text, never a call, and text that does not begin like one.
     let r = s.post(CC, &ask(json!({"tool_choice": "none"})));
     let v = r.json();
     let msg = &v["choices"][0]["message"];
     assert!(msg.get("tool_calls").is_none_or(|c| c.is_null()), "{msg}");
     let text = msg["content"].as_str().unwrap();
-    assert!(!text.starts_with(['<', '{', '[', '`', ' ', '\n']), "{text:?}");
+    assert!(
+        !text.starts_with(['<', '{', '[', '`', ' ', '\n']),
+        "{text:?}"
+    );
     assert_ne!(v["choices"][0]["finish_reason"], "tool_calls");
     // auto (the default with tools): calls that are valid, or text.
     let r = s.post(CC, &ask(json!({})));
@@ -147,8 +166,13 @@ fn every_tool_choice_is_enforced_on_the_wire() {
     let schema = json!({"type": "object", "properties": {"answer": {"type": "string", "maxLength": 40}},
                         "required": ["answer"], "additionalProperties": false});
     for choice in ["auto", "none"] {
-        let r = s.post(CC, &ask(json!({"tool_choice": choice, "response_format": {"type": "json_schema",
-            "json_schema": {"name": "A", "schema": schema}}})));
+        let r = s.post(
+            CC,
+            &ask(
+                json!({"tool_choice": choice, "response_format": {"type": "json_schema",
+            "json_schema": {"name": "A", "schema": schema}}}),
+            ),
+        );
         let v = r.json();
         let msg = &v["choices"][0]["message"];
         match msg["tool_calls"].as_array() {
@@ -176,7 +200,9 @@ fn reassemble(chunks: &[Value]) -> (Option<String>, Vec<(String, String, String)
     let mut usage = false;
     for c in chunks {
         usage |= c["usage"].is_object();
-        let Some(ch) = c["choices"].get(0) else { continue };
+        let Some(ch) = c["choices"].get(0) else {
+            continue;
+        };
         if let Some(f) = ch["finish_reason"].as_str() {
             finish = f.to_string();
         }
@@ -197,8 +223,13 @@ fn reassemble(chunks: &[Value]) -> (Option<String>, Vec<(String, String, String)
                 ));
             } else {
                 assert_eq!(i, calls.len() - 1, "deltas of an earlier call: {tc}");
-                assert!(tc.get("id").is_none() && tc["function"].get("name").is_none(), "{tc}");
-                calls[i].2.push_str(tc["function"]["arguments"].as_str().unwrap());
+                assert!(
+                    tc.get("id").is_none() && tc["function"].get("name").is_none(),
+                    "{tc}"
+                );
+                calls[i]
+                    .2
+                    .push_str(tc["function"]["arguments"].as_str().unwrap());
             }
         }
     }
@@ -294,11 +325,21 @@ fn responses_api_calls_streamed_and_not_and_replays_history() {
     sb["stream"] = json!(true);
     let r = s.post("/v1/responses", &sb);
     let (data, _) = r.sse();
-    let events: Vec<Value> = data.iter().map(|d| serde_json::from_str(d).unwrap()).collect();
+    let events: Vec<Value> = data
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
     let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
-    assert_eq!(&types[..2], ["response.created", "response.in_progress"], "{types:?}");
+    assert_eq!(
+        &types[..2],
+        ["response.created", "response.in_progress"],
+        "{types:?}"
+    );
     assert_eq!(types.last(), Some(&"response.completed"), "{types:?}");
-    let seq: Vec<u64> = events.iter().map(|e| e["sequence_number"].as_u64().unwrap()).collect();
+    let seq: Vec<u64> = events
+        .iter()
+        .map(|e| e["sequence_number"].as_u64().unwrap())
+        .collect();
     assert!(seq.windows(2).all(|w| w[1] == w[0] + 1), "{seq:?}");
     let mut args: Vec<String> = Vec::new();
     for e in &events {
@@ -308,9 +349,10 @@ fn responses_api_calls_streamed_and_not_and_replays_history() {
                 assert_eq!(e["item"]["arguments"], "");
                 args.push(String::new());
             }
-            "response.function_call_arguments.delta" => {
-                args.last_mut().unwrap().push_str(e["delta"].as_str().unwrap())
-            }
+            "response.function_call_arguments.delta" => args
+                .last_mut()
+                .unwrap()
+                .push_str(e["delta"].as_str().unwrap()),
             "response.function_call_arguments.done" => {
                 assert_eq!(e["arguments"].as_str().unwrap(), args.last().unwrap())
             }
@@ -329,7 +371,9 @@ fn responses_api_calls_streamed_and_not_and_replays_history() {
     assert_eq!(got, want);
     assert_eq!(
         args,
-        want.iter().map(|w| w.1.as_str().unwrap().to_string()).collect::<Vec<_>>()
+        want.iter()
+            .map(|w| w.1.as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
     );
 
     // History: the calls and their outputs replayed as input items; tools none.
@@ -349,14 +393,20 @@ fn responses_api_calls_streamed_and_not_and_replays_history() {
         "/v1/responses",
         &json!({"model": TEST_MODEL, "input": bad, "tools": flat}),
     );
-    assert_eq!(assert_error(&r, 400, "invalid_value")["param"], "input[1].arguments");
+    assert_eq!(
+        assert_error(&r, 400, "invalid_value")["param"],
+        "input[1].arguments"
+    );
     // Text streamed on the Responses API (no tools): the message events.
     let r = s.post(
         "/v1/responses",
         &json!({"model": TEST_MODEL, "input": "Say hi.", "stream": true, "max_output_tokens": 8}),
     );
     let (data, _) = r.sse();
-    let events: Vec<Value> = data.iter().map(|d| serde_json::from_str(d).unwrap()).collect();
+    let events: Vec<Value> = data
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
     let text: String = events
         .iter()
         .filter(|e| e["type"] == "response.output_text.delta")
@@ -367,7 +417,10 @@ fn responses_api_calls_streamed_and_not_and_replays_history() {
         last["type"] == "response.completed" || last["type"] == "response.incomplete",
         "{last}"
     );
-    assert_eq!(last["response"]["output"][0]["content"][0]["text"], json!(text));
+    assert_eq!(
+        last["response"]["output"][0]["content"][0]["text"],
+        json!(text)
+    );
 }
 
 #[test]
@@ -385,7 +438,10 @@ fn chat_history_with_calls_and_results_is_replayed() {
         {"role": "tool", "tool_call_id": "call_a", "content": "18 C"},
         {"role": "tool", "tool_call_id": "call_b", "content": [{"type": "text", "text": "12 C"}]},
     ]);
-    let r = s.post(CC, &ask(json!({"messages": history, "tool_choice": "none"})));
+    let r = s.post(
+        CC,
+        &ask(json!({"messages": history, "tool_choice": "none"})),
+    );
     assert_eq!(r.status, 200, "{}", r.text());
     let v = r.json();
     assert!(v["choices"][0]["message"]["content"].is_string());
@@ -422,7 +478,11 @@ fn every_tools_error_is_a_400_naming_its_parameter() {
             "unknown_tool",
             "tool_choice.allowed_tools.tools[0].function.name",
         ),
-        (json!({"tool_choice": "sometimes"}), "invalid_value", "tool_choice"),
+        (
+            json!({"tool_choice": "sometimes"}),
+            "invalid_value",
+            "tool_choice",
+        ),
         (
             json!({"tools": [], "tool_choice": "required"}),
             "invalid_value",
@@ -474,11 +534,17 @@ fn every_tools_error_is_a_400_naming_its_parameter() {
         let m = e["message"].as_str().unwrap();
         assert!(!m.contains('\n'), "{m}");
         if code == "unsupported_schema_keyword" {
-            assert!(m.contains("'f'") && m.contains("/properties/x/pattern"), "{m}");
+            assert!(
+                m.contains("'f'") && m.contains("/properties/x/pattern"),
+                "{m}"
+            );
         }
     }
     // A budget below the shortest call under `required`.
-    let r = s.post(CC, &ask(json!({"tool_choice": "required", "max_completion_tokens": 2})));
+    let r = s.post(
+        CC,
+        &ask(json!({"tool_choice": "required", "max_completion_tokens": 2})),
+    );
     assert_error(&r, 400, "max_tokens_too_small");
     s.assert_serving();
 }
@@ -496,7 +562,11 @@ fn agents_and_clients_call_tools() {
         return;
     }
     let Some(py) = python() else { return };
-    let s = Server::start("tools-agents", &["--parallel", "3"], &[("FORMWORK_MODEL", &model)]);
+    let s = Server::start(
+        "tools-agents",
+        &["--parallel", "3"],
+        &[("FORMWORK_MODEL", &model)],
+    );
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/serve/tools_client.py");
     let out = Command::new(&py)
         .arg(&script)
@@ -507,7 +577,10 @@ fn agents_and_clients_call_tools() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     eprintln!("{stdout}");
-    assert!(out.status.success(), "tools client failed:\n{stdout}\n{stderr}");
+    assert!(
+        out.status.success(),
+        "tools client failed:\n{stdout}\n{stderr}"
+    );
     assert!(stdout.contains("all checks passed"), "{stdout}");
     // The three sub-agents' requests ran at once: some forward passes carried more
     // than one sequence.
@@ -522,7 +595,10 @@ fn agents_and_clients_call_tools() {
     let passes = read("formwork_batched_forward_passes_total");
     let rows = read("formwork_batched_forward_sequences_total");
     eprintln!("batched passes {passes}, sequences {rows}");
-    assert!(passes > 0.0 && rows > passes, "no shared pass: {passes} passes, {rows} sequences");
+    assert!(
+        passes > 0.0 && rows > passes,
+        "no shared pass: {passes} passes, {rows} sequences"
+    );
 }
 
 fn python() -> Option<std::path::PathBuf> {
@@ -541,6 +617,10 @@ fn python() -> Option<std::path::PathBuf> {
         .args(["-c", "import openai, agents, instructor, langchain_openai"])
         .status()
         .is_ok_and(|s| s.success());
-    assert!(ok, "{} cannot import openai, agents, instructor and langchain_openai: run scripts/test", py.display());
+    assert!(
+        ok,
+        "{} cannot import openai, agents, instructor and langchain_openai: run scripts/test",
+        py.display()
+    );
     Some(py)
 }

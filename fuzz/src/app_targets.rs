@@ -167,7 +167,10 @@ pub fn serve_request(data: &[u8]) {
             assert!(!names[..i].contains(n), "tool {n} taken twice");
         }
         if let formwork::engine::tools::ToolChoice::Only { names: chosen, .. } = &req.tool_choice {
-            assert!(chosen.iter().all(|c| names.contains(&c.as_str())), "{chosen:?}");
+            assert!(
+                chosen.iter().all(|c| names.contains(&c.as_str())),
+                "{chosen:?}"
+            );
         }
         if !req.tools.is_empty() {
             match formwork::engine::tools::compile_toolbox(

@@ -68,7 +68,9 @@ pub enum FinalAnswer {
 /// Why a turn cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ToolTurnError {
-    #[error("tool name {0:?} must be 1 to 64 characters with no quote, backslash or control character")]
+    #[error(
+        "tool name {0:?} must be 1 to 64 characters with no quote, backslash or control character"
+    )]
     BadName(String),
     #[error("tool name {0:?} is given twice")]
     DuplicateName(String),
@@ -110,11 +112,7 @@ pub enum TurnState {
     /// `pos` bytes of `CALL_MID` after tool `tool`'s name.
     Mid { tool: u32, pos: u8, calls: u16 },
     /// Inside tool `tool`'s arguments.
-    Args {
-        tool: u32,
-        s: JsonState,
-        calls: u16,
-    },
+    Args { tool: u32, s: JsonState, calls: u16 },
     /// `pos` bytes of `CALL_CLOSE`.
     Close { pos: u8, calls: u16 },
     /// `calls` calls complete.
@@ -249,7 +247,9 @@ impl ToolTurn {
             (Line::Start, b'<') if self.may_call(0) => Some(TurnState::Open { pos: 1, calls: 0 }),
             (Line::Start | Line::Indent, b) if LINE_FORBIDDEN_START.contains(&b) => None,
             (_, b'\n') => Some(TurnState::Text(Line::Start)),
-            (Line::Start | Line::Indent, b' ' | b'\t' | b'\r') => Some(TurnState::Text(Line::Indent)),
+            (Line::Start | Line::Indent, b' ' | b'\t' | b'\r') => {
+                Some(TurnState::Text(Line::Indent))
+            }
             _ => Some(TurnState::Text(Line::Rest)),
         }
     }
@@ -280,7 +280,9 @@ impl ByteAutomaton for ToolTurn {
                 }
                 match &self.answer {
                     FinalAnswer::None => None,
-                    FinalAnswer::Text => (!TEXT_FORBIDDEN_START.contains(&b)).then(|| self.text_step(Line::Start, b)).flatten(),
+                    FinalAnswer::Text => (!TEXT_FORBIDDEN_START.contains(&b))
+                        .then(|| self.text_step(Line::Start, b))
+                        .flatten(),
                     FinalAnswer::Json(a) => a.step(&a.start(), b).map(Answer),
                 }
             }
@@ -584,7 +586,10 @@ mod tests {
                 "get_time",
                 json!({"type":"object","properties":{"tz":{"enum":["UTC","CET"]}},"required":["tz"],"additionalProperties":false}),
             ),
-            tool("get", json!({"type":"object","properties":{},"additionalProperties":false})),
+            tool(
+                "get",
+                json!({"type":"object","properties":{},"additionalProperties":false}),
+            ),
         ]
     }
 
@@ -699,7 +704,8 @@ mod tests {
             for _ in 0..200 {
                 let mut s = t.start();
                 for _ in 0..rng.below(120) {
-                    let allowed: Vec<u8> = (0..=255u8).filter(|&b| t.step(&s, b).is_some()).collect();
+                    let allowed: Vec<u8> =
+                        (0..=255u8).filter(|&b| t.step(&s, b).is_some()).collect();
                     if let Some(set) = t.allowed_bytes(&s) {
                         for &b in &allowed {
                             assert!(set[b as usize >> 6] >> (b & 63) & 1 == 1, "{s:?} {b}");
@@ -713,7 +719,9 @@ mod tests {
                 }
                 let mut end = s.clone();
                 for b in t.shortest_completion(&s) {
-                    end = t.step(&end, b).unwrap_or_else(|| panic!("{s:?}: completion refused"));
+                    end = t
+                        .step(&end, b)
+                        .unwrap_or_else(|| panic!("{s:?}: completion refused"));
                 }
                 assert!(t.is_accepting(&end), "{s:?} -> {end:?}");
             }

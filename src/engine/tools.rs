@@ -619,7 +619,10 @@ mod tests {
         assert_eq!(
             whole.calls,
             vec![
-                ("get_weather".to_string(), r#"{"city":"Pa}ris"}"#.to_string()),
+                (
+                    "get_weather".to_string(),
+                    r#"{"city":"Pa}ris"}"#.to_string()
+                ),
                 ("get".to_string(), "{}".to_string())
             ]
         );
@@ -659,10 +662,7 @@ mod tests {
 
     #[test]
     fn text_before_calls_is_content_streamed_or_not() {
-        let text = format!(
-            "Here are the calls:\n\n{}",
-            call_text("get", "{}")
-        );
+        let text = format!("Here are the calls:\n\n{}", call_text("get", "{}"));
         let whole = parse_turn(&text);
         assert_eq!(whole.content.as_deref(), Some("Here are the calls:"));
         assert_eq!(whole.calls, vec![("get".to_string(), "{}".to_string())]);
@@ -670,21 +670,35 @@ mod tests {
             let mut s = TurnStream::default();
             let mut content = String::new();
             let mut calls = 0;
-            for ev in s.feed(&text[..i]).into_iter().chain(s.feed(&text[i..])).chain(s.finish()) {
+            for ev in s
+                .feed(&text[..i])
+                .into_iter()
+                .chain(s.feed(&text[i..]))
+                .chain(s.finish())
+            {
                 match ev {
                     TurnEvent::Content(c) => content.push_str(&c),
                     TurnEvent::CallEnd { .. } => calls += 1,
                     _ => {}
                 }
             }
-            assert_eq!((content.as_str(), calls), ("Here are the calls:", 1), "split at {i}");
+            assert_eq!(
+                (content.as_str(), calls),
+                ("Here are the calls:", 1),
+                "split at {i}"
+            );
         }
         // Without calls, trailing whitespace is part of the answer.
         let t = parse_turn("Sunny.\n\n");
         assert_eq!(t.content.as_deref(), Some("Sunny.\n\n"));
         let mut s = TurnStream::default();
         let mut c = String::new();
-        for ev in s.feed("Sunny.\n").into_iter().chain(s.feed("\n")).chain(s.finish()) {
+        for ev in s
+            .feed("Sunny.\n")
+            .into_iter()
+            .chain(s.feed("\n"))
+            .chain(s.finish())
+        {
             if let TurnEvent::Content(x) = ev {
                 c.push_str(&x);
             }
@@ -716,10 +730,16 @@ mod tests {
         .unwrap();
         assert!(matches!(e, ToolsError::UnknownChoice(ref n) if n == "nope"));
         let mut bad = weather();
-        bad.parameters = json!({"type":"object","properties":{"x":{"type":"string","pattern":"(?<=a)b"}}});
+        bad.parameters =
+            json!({"type":"object","properties":{"x":{"type":"string","pattern":"(?<=a)b"}}});
         match compile_toolbox(&[weather(), bad], &ToolChoice::Auto, true, None) {
-            Err(ToolsError::Parameters { index: 1, error, .. }) => {
-                assert!(format!("{error}").contains("/properties/x/pattern"), "{error}")
+            Err(ToolsError::Parameters {
+                index: 1, error, ..
+            }) => {
+                assert!(
+                    format!("{error}").contains("/properties/x/pattern"),
+                    "{error}"
+                )
             }
             Err(other) => panic!("{other}"),
             Ok(_) => panic!("compiled"),

@@ -42,13 +42,13 @@ use tokio::sync::{mpsc as tmpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::engine::chat::{ChatAnswer, ChatError, ChatOptions, ANY_OBJECT_SCHEMA};
 use crate::engine::decode::Stop;
+use crate::engine::tools::{TurnEvent, TurnStream};
 use crate::engine::{Engine, VerdictKind};
 use crate::sampling::Sampling;
 use error::{ApiError, Shaped};
 use pool::{Job, JobError, Pool};
 use request::{ChatRequest, Format};
 use schemas::{Compiled, CompiledTools, SchemaCache, ToolCache};
-use crate::engine::tools::{TurnEvent, TurnStream};
 
 /// Output tokens when the request names no budget (the context bounds it too).
 pub const DEFAULT_MAX_TOKENS: usize = 1024;
@@ -600,7 +600,9 @@ async fn admit(state: &Shared, req: ChatRequest, received: Instant) -> Result<Ad
     let tools = if req.tools.is_empty() {
         None
     } else {
-        let answer = schema.as_ref().map(|c| (c.value.clone(), c.validator.clone()));
+        let answer = schema
+            .as_ref()
+            .map(|c| (c.value.clone(), c.validator.clone()));
         let (t, _hit) = state
             .tools
             .get_or_compile(
@@ -796,7 +798,9 @@ fn chat_message(ans: &ChatAnswer, rid: &str) -> Value {
                 .collect();
             json!({"role": "assistant", "content": t.content, "tool_calls": calls, "refusal": null})
         }
-        Some(t) => json!({"role": "assistant", "content": t.content.clone().unwrap_or_default(), "refusal": null}),
+        Some(t) => {
+            json!({"role": "assistant", "content": t.content.clone().unwrap_or_default(), "refusal": null})
+        }
         None => json!({"role": "assistant", "content": ans.text, "refusal": null}),
     }
 }
@@ -947,7 +951,9 @@ impl ChatDeltas {
 
     /// The end of the output: text held back.
     fn finish(&mut self) -> Vec<Value> {
-        let Some(ts) = &mut self.turn else { return Vec::new() };
+        let Some(ts) = &mut self.turn else {
+            return Vec::new();
+        };
         let events = ts.finish();
         let mut out = Vec::new();
         for ev in events {
@@ -1179,17 +1185,17 @@ impl ResponseEcho {
 /// The `output` items of an answer.
 fn response_output(ans: &ChatAnswer, rid: &str, complete: bool) -> Vec<Value> {
     match &ans.tools {
-        Some(t) if !t.calls.is_empty() => t
-            .content
-            .iter()
-            .map(|c| message_item(rid, c, true))
-            .chain(
-                t.calls
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (name, args))| function_call_item(rid, i, name, args, "completed")),
-            )
-            .collect(),
+        Some(t) if !t.calls.is_empty() => {
+            t.content
+                .iter()
+                .map(|c| message_item(rid, c, true))
+                .chain(
+                    t.calls.iter().enumerate().map(|(i, (name, args))| {
+                        function_call_item(rid, i, name, args, "completed")
+                    }),
+                )
+                .collect()
+        }
         other => {
             let text = match other {
                 Some(t) => t.content.clone().unwrap_or_default(),
@@ -1217,9 +1223,20 @@ fn message_item(rid: &str, text: &str, complete: bool) -> Value {
 
 /// The Response object: `in_progress` with no output before the answer (`ans` None),
 /// then `completed` or `incomplete`.
-fn response_object(a: &Admitted, ans: Option<&ChatAnswer>, rid: &str, echo: &ResponseEcho) -> Value {
+fn response_object(
+    a: &Admitted,
+    ans: Option<&ChatAnswer>,
+    rid: &str,
+    echo: &ResponseEcho,
+) -> Value {
     let (status, incomplete_details, output, usage, formwork) = match ans {
-        None => ("in_progress", Value::Null, Vec::new(), Value::Null, Value::Null),
+        None => (
+            "in_progress",
+            Value::Null,
+            Vec::new(),
+            Value::Null,
+            Value::Null,
+        ),
         Some(ans) => {
             let (finish, incomplete) = finish_reason(ans, Some(a.context));
             let complete = finish != "length";
@@ -1308,7 +1325,10 @@ impl ResponseEvents {
         self.open = Some((i, None));
         let item = json!({"type": "message", "id": format!("msg_{}", self.rid), "status": "in_progress",
                           "role": "assistant", "content": []});
-        let e = self.event("response.output_item.added", json!({"output_index": i, "item": item}));
+        let e = self.event(
+            "response.output_item.added",
+            json!({"output_index": i, "item": item}),
+        );
         out.push(e);
         let e = self.event(
             "response.content_part.added",
@@ -1320,7 +1340,9 @@ impl ResponseEvents {
 
     /// Closes the open item (the message, or a call).
     fn close(&mut self, out: &mut Vec<Value>, complete: bool) {
-        let Some((i, name)) = self.open.take() else { return };
+        let Some((i, name)) = self.open.take() else {
+            return;
+        };
         let acc = std::mem::take(&mut self.acc);
         match name {
             None => {
@@ -1337,7 +1359,10 @@ impl ResponseEvents {
                 );
                 out.push(e);
                 let item = message_item(&self.rid, &acc, complete);
-                let e = self.event("response.output_item.done", json!({"output_index": i, "item": item}));
+                let e = self.event(
+                    "response.output_item.done",
+                    json!({"output_index": i, "item": item}),
+                );
                 out.push(e);
             }
             Some((call, name)) => {
@@ -1348,7 +1373,10 @@ impl ResponseEvents {
                 );
                 out.push(e);
                 let item = function_call_item(&self.rid, call, &name, &acc, "completed");
-                let e = self.event("response.output_item.done", json!({"output_index": i, "item": item}));
+                let e = self.event(
+                    "response.output_item.done",
+                    json!({"output_index": i, "item": item}),
+                );
                 out.push(e);
             }
         }
@@ -1389,7 +1417,10 @@ impl ResponseEvents {
                     self.next_index += 1;
                     self.open = Some((i, Some((index, name.clone()))));
                     let item = function_call_item(&self.rid, index, &name, "", "in_progress");
-                    let e = self.event("response.output_item.added", json!({"output_index": i, "item": item}));
+                    let e = self.event(
+                        "response.output_item.added",
+                        json!({"output_index": i, "item": item}),
+                    );
                     out.push(e);
                 }
                 TurnEvent::Arguments { index, piece } => {

@@ -315,7 +315,10 @@ fn tool_calls(a: &[Value], param: &str) -> Result<Vec<Call>, ApiError> {
             Some(other) => {
                 return Err(ApiError::unsupported(
                     &format!("{p}.type"),
-                    format!("'{p}.type': tool calls of type '{}' are not supported; only 'function'.", quote(other)),
+                    format!(
+                        "'{p}.type': tool calls of type '{}' are not supported; only 'function'.",
+                        quote(other)
+                    ),
                 ))
             }
         }
@@ -331,7 +334,11 @@ fn tool_calls(a: &[Value], param: &str) -> Result<Vec<Call>, ApiError> {
             None => return Err(missing(&format!("{p}.function.name"))),
         };
         let arguments = replayed_arguments(f.get("arguments"), &format!("{p}.function.arguments"))?;
-        out.push(Call { id, name, arguments });
+        out.push(Call {
+            id,
+            name,
+            arguments,
+        });
     }
     Ok(out)
 }
@@ -350,7 +357,10 @@ fn tool_name(v: Option<&Value>, param: &str) -> Result<String, ApiError> {
     if !ok {
         return Err(ApiError::bad_param(
             param,
-            format!("Invalid '{param}': '{}'. A tool name is 1 to 64 letters, digits, '_', '-' or '.'.", quote(&name)),
+            format!(
+                "Invalid '{param}': '{}'. A tool name is 1 to 64 letters, digits, '_', '-' or '.'.",
+                quote(&name)
+            ),
         ));
     }
     Ok(name)
@@ -375,7 +385,10 @@ pub fn tool_defs(v: Option<&Value>, flat: bool) -> Result<Vec<ToolDef>, ApiError
             Some(Value::String(ty)) => {
                 return Err(ApiError::unsupported(
                     &format!("{p}.type"),
-                    format!("'{p}.type': tools of type '{}' are not supported; only 'function'.", quote(ty)),
+                    format!(
+                        "'{p}.type': tools of type '{}' are not supported; only 'function'.",
+                        quote(ty)
+                    ),
                 ))
             }
             Some(v) => return Err(wrong_type(&format!("{p}.type"), "a string", v)),
@@ -401,7 +414,9 @@ pub fn tool_defs(v: Option<&Value>, flat: bool) -> Result<Vec<ToolDef>, ApiError
         let strict = opt_bool(f, "strict", &format!("{fp}.strict"))?;
         let pp = format!("{fp}.parameters");
         let parameters = match opt(f, "parameters") {
-            None => serde_json::json!({"type": "object", "properties": {}, "additionalProperties": false}),
+            None => {
+                serde_json::json!({"type": "object", "properties": {}, "additionalProperties": false})
+            }
             Some(Value::Object(s)) => {
                 let mut s = s.clone();
                 match s.get("type") {
@@ -450,7 +465,11 @@ fn choice_name(o: &Map<String, Value>, p: &str, tools: &[ToolDef]) -> Result<Str
             format!(
                 "Invalid '{np}': no tool is named '{}' (the tools are: {}).",
                 quote(&name),
-                tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+                tools
+                    .iter()
+                    .map(|t| t.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         );
         e.code = Some("unknown_tool");
