@@ -875,6 +875,12 @@ fn free_decoding_ends_at_the_budget_without_a_wasted_pass() {
 /// A tool turn (one tool `get(city)`, calls or text) decoded with `first` the model's
 /// preference at the start, and the opener redirect on or off.
 fn tool_turn_run(first: &[u32], redirect: bool) -> String {
+    tool_turn_run_after(first, b'{', redirect)
+}
+
+/// [`tool_turn_run`] where, after a backtick, the model's next best byte is
+/// `after_fence` (what the redirect peeks at for a code fence).
+fn tool_turn_run_after(first: &[u32], after_fence: u8, redirect: bool) -> String {
     use formwork::engine::decode::Redirect;
     use formwork_grammar::tools::{FinalAnswer, ToolSpec, ToolTurn, LINE_FORBIDDEN_START};
     let codec = ByteCodec::new();
@@ -891,6 +897,8 @@ fn tool_turn_run(first: &[u32], redirect: bool) -> String {
         let out: Vec<u8> = h[PROMPT.len()..].iter().map(|&t| t as u8).collect();
         if out.is_empty() {
             prefer(&first)
+        } else if out == b"`" {
+            prefer(&[after_fence as u32])
         } else if out.ends_with(b"\"city\":\"") {
             prefer(&[b'P' as u32])
         } else if out.ends_with(b"P") {
@@ -935,4 +943,13 @@ fn a_call_the_model_starts_its_own_way_becomes_a_real_one() {
     }
     // A model that means text keeps its text.
     assert_eq!(tool_turn_run(&[b'H' as u32, b'`' as u32], true), "H");
+    // A fence is asked one token further: code (```python) is text, not a call.
+    assert_eq!(
+        tool_turn_run_after(&[b'`' as u32, b'H' as u32], b'p', true),
+        "H"
+    );
+    assert_eq!(
+        tool_turn_run_after(&[b'`' as u32, b'H' as u32], b'{', true),
+        call
+    );
 }

@@ -127,11 +127,16 @@ pub struct DecodeOptions {
 /// one of `from` and refused, and `to` is allowed, `to` is picked. The tool grammar
 /// refuses `from` exactly where a line of text begins and allows the opener there,
 /// so this is the decision "call or text" read from the model, not a change of the
-/// mask: the output stays what the grammar allows. The best token is the argmax of the
-/// logits under any sampling, so the decision is the same at every temperature.
+/// mask: the output stays what the grammar allows. A code fence is either: ```` ```json ````
+/// opens a call, ```` ```python ```` a code answer. So for a token of `fence` the model is
+/// asked one token further (a forward pass on a snapshot): a language other than JSON
+/// leaves the choice to the mask (text). The best token is the argmax of the logits
+/// under any sampling, so the decision is the same at every temperature.
 #[derive(Clone, Debug)]
 pub struct Redirect {
     pub from: TokenSet,
+    /// The tokens of `from` that open a code fence without naming JSON.
+    pub fence: TokenSet,
     pub to: u32,
 }
 
@@ -142,13 +147,31 @@ impl Redirect {
         let vocab = codec.token_bytes();
         let eos = codec.eos_ids();
         let mut from = TokenSet::new(vocab.len());
+        let mut fence = TokenSet::new(vocab.len());
         for (i, b) in vocab.iter().enumerate() {
             let first = b.iter().find(|c| !c.is_ascii_whitespace());
             if first.is_some_and(|c| starts.contains(c)) && !eos.contains(&(i as u32)) {
                 from.allow(i as u32);
+                if first == Some(&b'`') && !b.windows(4).any(|w| w.eq_ignore_ascii_case(b"json")) {
+                    fence.allow(i as u32);
+                }
             }
         }
-        Redirect { from, to }
+        Redirect { from, fence, to }
+    }
+
+    /// Whether the token after a fence (its language, or the text on its next line)
+    /// begins a call: JSON, a brace, a bracket, a tag, or nothing yet.
+    pub fn fence_opens_call(next: &[u8]) -> bool {
+        let t: Vec<u8> = next
+            .iter()
+            .copied()
+            .skip_while(|c| c.is_ascii_whitespace() || *c == b'`')
+            .collect();
+        t.is_empty()
+            || matches!(t[0], b'{' | b'[' | b'<')
+            || t.len() >= 4 && t[..4].eq_ignore_ascii_case(b"json")
+            || t.len() >= 4 && t[..4].eq_ignore_ascii_case(b"tool")
     }
 }
 
@@ -857,11 +880,26 @@ pub fn decode_masked(
 
         // 3. Sample under the mask (steered when the budget restricts it).
         out.steered |= matcher.is_steering();
-        let redirected = opts.redirect.as_ref().and_then(|r| {
-            let best = crate::sampling::argmax(&logits, |_| true)?;
-            (r.from.contains(best) && !matcher.is_allowed(best) && matcher.is_allowed(r.to))
-                .then_some(r.to)
-        });
+        let mut redirected = None;
+        if let Some(r) = &opts.redirect {
+            let best = crate::sampling::argmax(&logits, |_| true);
+            if let Some(best) = best.filter(|&b| {
+                r.from.contains(b) && !matcher.is_allowed(b) && matcher.is_allowed(r.to)
+            }) {
+                let call = if r.fence.contains(best) {
+                    // Ask the model what follows its fence, on a snapshot.
+                    let mut peek = model.snapshot();
+                    let next_logits = peek.forward(&[best], pos)?;
+                    out.stats.forward_passes += 1;
+                    crate::sampling::argmax(&next_logits, |_| true).is_some_and(|n| {
+                        Redirect::fence_opens_call(&codec.token_bytes()[n as usize])
+                    })
+                } else {
+                    true
+                };
+                redirected = call.then_some(r.to);
+            }
+        }
         let picked = if redirected.is_some() {
             redirected
         } else if matcher.null_competes() {
