@@ -906,7 +906,7 @@ async fn chat_completions(
 /// grammar's fixed wrapper shows where they are ([`TurnStream`]). With tools the role
 /// rides on the first delta, so a turn that calls sends no content at all.
 struct ChatDeltas {
-    turn: Option<TurnStream>,
+    turn: TurnStream,
     rid: String,
     role_sent: bool,
 }
@@ -914,56 +914,46 @@ struct ChatDeltas {
 impl ChatDeltas {
     fn new(tools: bool, rid: &str) -> ChatDeltas {
         ChatDeltas {
-            turn: tools.then(TurnStream::default),
+            turn: if tools {
+                TurnStream::default()
+            } else {
+                TurnStream::content_only()
+            },
             rid: rid.to_string(),
             role_sent: !tools,
         }
     }
 
     fn deltas(&mut self, text: &str) -> Vec<Value> {
-        let mut out: Vec<Value> = match &mut self.turn {
-            None => vec![json!({ "content": text })],
-            Some(ts) => ts
-                .feed(text)
-                .into_iter()
-                .filter_map(|ev| match ev {
-                    TurnEvent::Content(c) => Some(json!({ "content": c })),
-                    TurnEvent::CallStart { index, name } => Some(json!({"tool_calls": [{
-                        "index": index, "id": call_id(&self.rid, index), "type": "function",
-                        "function": {"name": name, "arguments": ""}}]})),
-                    TurnEvent::Arguments { index, piece } => Some(json!({"tool_calls": [{
-                        "index": index, "function": {"arguments": piece}}]})),
-                    TurnEvent::CallEnd { .. } => None,
-                })
-                .collect(),
-        };
+        let events = self.turn.feed(text);
+        self.convert(events)
+    }
+
+    /// The end of the output: text held back.
+    fn finish(&mut self) -> Vec<Value> {
+        let events = self.turn.finish();
+        self.convert(events)
+    }
+
+    fn convert(&mut self, events: Vec<TurnEvent>) -> Vec<Value> {
+        let mut out: Vec<Value> = events
+            .into_iter()
+            .filter_map(|ev| match ev {
+                TurnEvent::Content(c) => Some(json!({ "content": c })),
+                TurnEvent::CallStart { index, name } => Some(json!({"tool_calls": [{
+                    "index": index, "id": call_id(&self.rid, index), "type": "function",
+                    "function": {"name": name, "arguments": ""}}]})),
+                TurnEvent::Arguments { index, piece } => Some(json!({"tool_calls": [{
+                    "index": index, "function": {"arguments": piece}}]})),
+                TurnEvent::CallEnd { .. } => None,
+            })
+            .collect();
         if !self.role_sent {
             if let Some(Value::Object(first)) = out.first_mut() {
                 first.insert("role".into(), json!("assistant"));
                 if !first.contains_key("content") {
                     first.insert("content".into(), Value::Null);
                 }
-                self.role_sent = true;
-            }
-        }
-        out
-    }
-
-    /// The end of the output: text held back.
-    fn finish(&mut self) -> Vec<Value> {
-        let Some(ts) = &mut self.turn else {
-            return Vec::new();
-        };
-        let events = ts.finish();
-        let mut out = Vec::new();
-        for ev in events {
-            if let TurnEvent::Content(c) = ev {
-                out.push(json!({ "content": c }));
-            }
-        }
-        if !self.role_sent {
-            if let Some(Value::Object(first)) = out.first_mut() {
-                first.insert("role".into(), json!("assistant"));
                 self.role_sent = true;
             }
         }
@@ -977,11 +967,54 @@ impl ChatDeltas {
     }
 }
 
+/// The engine's answer as the job's channel gives it.
+type JobResult = Result<Result<ChatAnswer, JobError>, oneshot::error::RecvError>;
+
+/// Forwards the engine's text to an SSE stream as it grows, each piece through
+/// `convert` (text to events), until the answer comes, then the pieces still in the
+/// channel. Returns the answer and the text already converted; None when the client
+/// went away.
+async fn relay(
+    mut drx: tmpsc::UnboundedReceiver<String>,
+    mut rx: oneshot::Receiver<Result<ChatAnswer, JobError>>,
+    etx: &tmpsc::Sender<Result<Event, std::convert::Infallible>>,
+    mut convert: impl FnMut(&str) -> Vec<Event>,
+) -> Option<(JobResult, String)> {
+    let mut sent = String::new();
+    let result = loop {
+        tokio::select! {
+            d = drx.recv() => match d {
+                Some(text) => {
+                    sent.push_str(&text);
+                    for e in convert(&text) {
+                        if etx.send(Ok(e)).await.is_err() {
+                            return None;
+                        }
+                    }
+                }
+                None => break (&mut rx).await,
+            },
+            r = &mut rx => break r,
+            _ = etx.closed() => return None,
+        }
+    };
+    // Pieces still in the channel when the answer came.
+    while let Ok(text) = drx.try_recv() {
+        sent.push_str(&text);
+        for e in convert(&text) {
+            if etx.send(Ok(e)).await.is_err() {
+                return None;
+            }
+        }
+    }
+    Some((result, sent))
+}
+
 /// The streamed answer: a role chunk, content chunks of whole UTF-8 text (or tool-call
 /// deltas), a final chunk with `finish_reason` (and `usage`, asked for or not: clients
 /// such as openai-agents only ask OpenAI for it), an optional usage chunk, then `[DONE]`.
 async fn stream(state: Shared, a: Admitted, rid: String) -> Result<Response, ApiError> {
-    let (dtx, mut drx) = tmpsc::unbounded_channel::<String>();
+    let (dtx, drx) = tmpsc::unbounded_channel::<String>();
     let (rx, cancel) = submit(&state, &a, Some(dtx))?;
     let (etx, erx) = tmpsc::channel::<Result<Event, std::convert::Infallible>>(64);
     let id = format!("chatcmpl-{rid}");
@@ -1025,38 +1058,19 @@ async fn stream(state: Shared, a: Admitted, rid: String) -> Result<Response, Api
         {
             return;
         }
-        let mut sent = String::new();
-        let mut rx = rx;
-        let result = loop {
-            tokio::select! {
-                d = drx.recv() => match d {
-                    Some(text) => {
-                        sent.push_str(&text);
-                        for delta in deltas.deltas(&text) {
-                            if etx.send(send(chunk(delta, Value::Null, usage_null.clone()))).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                    None => break (&mut rx).await,
-                },
-                r = &mut rx => break r,
-                _ = etx.closed() => return,
-            }
+        let relayed = relay(drx, rx, &etx, |text| {
+            deltas
+                .deltas(text)
+                .into_iter()
+                .map(|d| {
+                    Event::default().data(chunk(d, Value::Null, usage_null.clone()).to_string())
+                })
+                .collect()
+        })
+        .await;
+        let Some((result, sent)) = relayed else {
+            return;
         };
-        // Deltas still in the channel when the answer came.
-        while let Ok(text) = drx.try_recv() {
-            sent.push_str(&text);
-            for delta in deltas.deltas(&text) {
-                if etx
-                    .send(send(chunk(delta, Value::Null, usage_null.clone())))
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-            }
-        }
         match answer_or_error(result) {
             Err(e) => {
                 let _ = etx.send(send(e.body())).await;
@@ -1439,6 +1453,12 @@ impl ResponseEvents {
     }
 }
 
+/// A Responses API event as SSE: its `type` is the event name.
+fn event_of(v: Value) -> Event {
+    let ty = v["type"].as_str().unwrap_or("").to_string();
+    Event::default().event(ty).data(v.to_string())
+}
+
 /// `/v1/responses` streamed: `response.created`, `response.in_progress`, the items'
 /// events as the text grows, then `response.completed` (or `response.incomplete`)
 /// with the whole Response, usage included.
@@ -1448,16 +1468,13 @@ async fn responses_stream(
     rid: String,
     echo: ResponseEcho,
 ) -> Result<Response, ApiError> {
-    let (dtx, mut drx) = tmpsc::unbounded_channel::<String>();
+    let (dtx, drx) = tmpsc::unbounded_channel::<String>();
     let (rx, cancel) = submit(&state, &a, Some(dtx))?;
     let (etx, erx) = tmpsc::channel::<Result<Event, std::convert::Infallible>>(64);
     let info = log_info(&a, None, None);
     tokio::spawn(async move {
         let guard = CancelOnDrop(cancel, true);
-        let send = |v: Value| {
-            let ty = v["type"].as_str().unwrap_or("").to_string();
-            Ok(Event::default().event(ty).data(v.to_string()))
-        };
+        let send = |v: Value| Ok(event_of(v));
         let mut ev = ResponseEvents::new(&rid, a.tools.is_some());
         let pending = response_object(&a, None, &rid, &echo);
         for ty in ["response.created", "response.in_progress"] {
@@ -1466,33 +1483,13 @@ async fn responses_stream(
                 return;
             }
         }
-        let mut sent = String::new();
-        let mut rx = rx;
-        let result = loop {
-            tokio::select! {
-                d = drx.recv() => match d {
-                    Some(text) => {
-                        sent.push_str(&text);
-                        for e in ev.feed(&text) {
-                            if etx.send(send(e)).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                    None => break (&mut rx).await,
-                },
-                r = &mut rx => break r,
-                _ = etx.closed() => return,
-            }
+        let relayed = relay(drx, rx, &etx, |text| {
+            ev.feed(text).into_iter().map(event_of).collect()
+        })
+        .await;
+        let Some((result, sent)) = relayed else {
+            return;
         };
-        while let Ok(text) = drx.try_recv() {
-            sent.push_str(&text);
-            for e in ev.feed(&text) {
-                if etx.send(send(e)).await.is_err() {
-                    return;
-                }
-            }
-        }
         match answer_or_error(result) {
             Err(e) => {
                 let body = e.body();

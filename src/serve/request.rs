@@ -265,11 +265,7 @@ fn message_item(it: &Value, p: &str) -> Result<Item, ApiError> {
     };
     Ok(match (role, calls) {
         ("tool", _) => {
-            let call_id = match m.get("tool_call_id") {
-                Some(Value::String(s)) => s.clone(),
-                Some(v) => return Err(wrong_type(&format!("{p}.tool_call_id"), "a string", v)),
-                None => return Err(missing(&format!("{p}.tool_call_id"))),
-            };
+            let call_id = req_str(m, "tool_call_id", &format!("{p}.tool_call_id"))?;
             Item::Result { call_id, content }
         }
         (_, Some(calls)) if !calls.is_empty() => Item::Calls { content, calls },
@@ -328,11 +324,7 @@ fn tool_calls(a: &[Value], param: &str) -> Result<Vec<Call>, ApiError> {
             Some(v) => return Err(wrong_type(&format!("{p}.function"), "an object", v)),
             None => return Err(missing(&format!("{p}.function"))),
         };
-        let name = match f.get("name") {
-            Some(Value::String(s)) => s.clone(),
-            Some(v) => return Err(wrong_type(&format!("{p}.function.name"), "a string", v)),
-            None => return Err(missing(&format!("{p}.function.name"))),
-        };
+        let name = req_str(f, "name", &format!("{p}.function.name"))?;
         let arguments = replayed_arguments(f.get("arguments"), &format!("{p}.function.arguments"))?;
         out.push(Call {
             id,
@@ -736,10 +728,15 @@ fn budget(
 }
 
 fn model(m: &Map<String, Value>) -> Result<String, ApiError> {
-    match m.get("model") {
+    req_str(m, "model", "model")
+}
+
+/// A field that must be a string.
+fn req_str(m: &Map<String, Value>, k: &str, param: &str) -> Result<String, ApiError> {
+    match m.get(k) {
         Some(Value::String(s)) => Ok(s.clone()),
-        Some(v) => Err(wrong_type("model", "a string", v)),
-        None => Err(missing("model")),
+        Some(v) => Err(wrong_type(param, "a string", v)),
+        None => Err(missing(param)),
     }
 }
 
@@ -828,18 +825,8 @@ pub fn responses(body: &[u8]) -> Result<ChatRequest, ApiError> {
                     None | Some("message") => items.push(message_item(it, &p)?),
                     Some("function_call") => {
                         let call = Call {
-                            id: match o.get("call_id") {
-                                Some(Value::String(s)) => s.clone(),
-                                Some(v) => {
-                                    return Err(wrong_type(&format!("{p}.call_id"), "a string", v))
-                                }
-                                None => return Err(missing(&format!("{p}.call_id"))),
-                            },
-                            name: match o.get("name") {
-                                Some(Value::String(s)) => s.clone(),
-                                Some(v) => return Err(wrong_type(&format!("{p}.name"), "a string", v)),
-                                None => return Err(missing(&format!("{p}.name"))),
-                            },
+                            id: req_str(o, "call_id", &format!("{p}.call_id"))?,
+                            name: req_str(o, "name", &format!("{p}.name"))?,
                             arguments: replayed_arguments(o.get("arguments"), &format!("{p}.arguments"))?,
                         };
                         match items.last_mut() {
@@ -851,11 +838,7 @@ pub fn responses(body: &[u8]) -> Result<ChatRequest, ApiError> {
                         }
                     }
                     Some("function_call_output") => {
-                        let call_id = match o.get("call_id") {
-                            Some(Value::String(s)) => s.clone(),
-                            Some(v) => return Err(wrong_type(&format!("{p}.call_id"), "a string", v)),
-                            None => return Err(missing(&format!("{p}.call_id"))),
-                        };
+                        let call_id = req_str(o, "call_id", &format!("{p}.call_id"))?;
                         let content = match o.get("output") {
                             Some(v) => content_text(v, &format!("{p}.output"))?,
                             None => return Err(missing(&format!("{p}.output"))),
