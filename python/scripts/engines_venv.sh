@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs python/tests/test_engines.py with the engines installed: formwork's adapters
-# driven through SGLang's and vLLM's own code (docs/results/engines-s10/NOTES.md).
+# driven through SGLang's and vLLM's own code (docs/results/engines-2026-12-02/NOTES.md).
 #
 #   python/scripts/engines_venv.sh [sglang|vllm|all]     (default: all)
 #
