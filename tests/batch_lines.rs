@@ -114,7 +114,7 @@ fn batch_input_is_split_into_byte_lines() {
     );
 }
 
-// Found by the `batch_line` fuzz target (libFuzzer, session 10; corpus
+// Found by the `batch_line` fuzz target (libFuzzer, 2026-12-02; corpus
 // `user_id_like_a_line_id`): a malformed line is reported under `line:N`, and a user's
 // own id may read `line:N` too. They were one key, so a user's record `line:5` after a
 // malformed line 5 became a "duplicate id" error and was never extracted, and a resume

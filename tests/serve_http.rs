@@ -1,5 +1,5 @@
 //! `formwork serve` over real HTTP: the real binary on a free loopback port with
-//! smollm2-135m (the tests' `FORMWORK_MODEL`, and the fastest model). Every row of the README's
+//! smollm2-135m (the tests' `FORMWORK_MODEL`, and the fastest model). Every row of docs/serving.md's
 //! error table is asserted here: its status, the OpenAI error object, and a server that
 //! still answers a real completion afterwards. Then the success shapes, streaming,
 //! a client disconnect and a shutdown during a running request.

@@ -5,8 +5,8 @@
 //! run through its default model class (the Responses API, `POST /v1/responses`).
 //! The parsed objects must be instances of the Pydantic model.
 //!
-//! The model is the registry's default, qwen2.5-coder-0.5b (the issue asks for the SDK
-//! checks on the real default model; about 15 s here), and on it the client also checks
+//! The model is the registry's default, qwen2.5-coder-0.5b (the SDK checks run on
+//! the real default model; about 15 s here), and on it the client also checks
 //! the values (Ada Lovelace, 36, mathematician; Alan Turing for the agent).
 //! `FORMWORK_SERVE_TEST_MODEL=smollm2-135m` runs the same checks, values aside, on the
 //! small model. Python is `FORMWORK_TEST_PYTHON`

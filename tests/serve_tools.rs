@@ -4,7 +4,7 @@
 //! not the point, that they are valid is): every `tool_choice`, parallel calls on and
 //! off, `response_format` beside tools, streamed deltas reassembled equal to the
 //! non-streamed answer (Chat Completions and the Responses API's events), history
-//! replay, and every 400 of README "Tools". Each call's arguments are checked with
+//! replay, and every 400 of docs/serving.md "Tools". Each call's arguments are checked with
 //! formwork's validator against the tool's `parameters`, and names against the tools.
 //!
 //! `agents_and_clients_call_tools` runs tests/data/serve/tools_client.py on the default

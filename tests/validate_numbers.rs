@@ -1,5 +1,5 @@
 //! Strict and exact: no coercion, integers beyond 64 bits, decimals beyond f64, and the
-//! formats the issue lists asserted (not annotated).
+//! formats the validator promises asserted (not annotated).
 
 use formwork::validate::{Validator, Verdict};
 use serde_json::{json, Value};

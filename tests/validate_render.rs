@@ -52,12 +52,12 @@ fn both(v: &Validator, text: &str) -> String {
 }
 
 #[test]
-fn decision_out_of_range_is_the_issue_example() {
+fn decision_out_of_range_and_not_in_the_enum() {
     let v = validator("decision.schema.json");
     let text = r#"{"sku": "SKU-11", "esito": "forse", "quantita": 9999, "motivo": "sotto soglia", "dati_usati": []}"#;
     let verdict = v.check(text);
     let rendered = render_pydantic(v.title(), verdict.errors());
-    // The layout the issue quotes, line for line.
+    // Pydantic's layout, line for line.
     assert!(rendered.starts_with("2 validation errors for Decisione\n"));
     assert!(rendered.contains(
         "\nquantita\n  Input should be less than or equal to 5000 [type=less_than_equal, input_value=9999, input_type=int]"

@@ -4,8 +4,8 @@
 //! * `tests/data/validate/suite-baseline.json` holds, per file, how many tests pass.
 //! * Fewer passing than the baseline fails the test (a regression); more passing is printed as
 //!   an improvement and passes. `FORMWORK_BLESS=1` rewrites the baseline with today's counts.
-//! * The files of the keywords the validator promises (the list) must pass 100%,
-//!   baseline or not: see `MUST_PASS`.
+//! * The files of the keywords the validator promises (listed in `MUST_PASS`) must pass 100%,
+//!   baseline or not.
 //!
 //! Known failures recorded in the baseline: the groups that `$ref` a remote
 //! (`http://localhost:1234/...`) fail by design, as formwork never fetches a remote `$ref`

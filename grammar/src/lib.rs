@@ -38,7 +38,7 @@
 //!    and under a budget the mask steers to the shortest completion. *Cost:* a cached
 //!    mask is a lookup and a copy; an uncached one is a walk of the trie where a refused
 //!    byte skips its subtree and each node costs one table load. The measured figures
-//!    are in the README ("Masks, compile time, coverage"), next to their command.
+//!    are in docs/masks.md, next to their command.
 //!
 //! Besides: [`source`] (strings quoted from the document, `x-formwork-source`, compiled
 //! per document by `Automaton::with_source`) and [`sample`] (random valid instances and

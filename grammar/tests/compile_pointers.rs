@@ -83,7 +83,7 @@ fn compile_errors_use_rfc6901_pointers_only() {
     }
 }
 
-// Found by reading `percent_decode` (issue 17, session 10): a `%` followed by one hex
+// Found by reading `percent_decode` (2026-12-02): a `%` followed by one hex
 // digit and then a multi-byte character sliced the str inside that character, a
 // panic on any `$ref` such as `#/$defs/%aé`. Now a `%` without two hex digits is
 // kept as it is, and escapes decode byte by byte (a UTF-8 name split in `%XX`s).

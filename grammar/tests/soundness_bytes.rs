@@ -200,7 +200,7 @@ fn fnv(s: &str) -> u64 {
     })
 }
 
-/// The floor: the property holds on at least this many compiled schemas.
+/// The floor: the property holds on at least this many compiled schemas.
 const MIN_COMPILED: usize = 2_000;
 
 /// JSONSchemaBench: every schema (7,206; 6,842 compile), walked in parallel. About 50 s on

@@ -1,7 +1,7 @@
 //! The f16 KV cache (`--kv-cache f16`, llama.cpp's default) against the f32 one, on every
 //! registry model through formwork's CPU file: what storing keys and values in half
 //! precision costs, as the logit difference teacher-forced over a real prompt and answer.
-//! The figures print with `--nocapture`; README quotes them.
+//! The figures print with `--nocapture`; docs/speed.md quotes them.
 //!
 //! Also: an f16 cache is refused on candle's paths, and a snapshot of an f16 model keeps
 //! an f16 cache.

@@ -83,7 +83,7 @@ pub struct BenchArgs {
     /// a value the document does not state (case-insensitive, spaces folded) is taken
     /// back and written `null`. `--grounded=distinct` also takes back a value an
     /// earlier grounded field already holds (one quotation, one field). Fields marked
-    /// `"x-formwork-grounded": true` are grounded without it. README "Grounded fields".
+    /// `"x-formwork-grounded": true` are grounded without it. README "Extraction".
     #[arg(long, value_name = "MODE", num_args = 0..=1, require_equals = true,
           default_missing_value = "stated", value_parser = super::parse_ground_mode)]
     pub grounded: Option<crate::engine::ground::GroundMode>,

@@ -1,5 +1,5 @@
 //! The OpenAI error object, `{"error":{"message","type","param","code"}}`, for every
-//! failure the server answers, with its status code (README, "Errors").
+//! failure the server answers, with its status code (docs/serving.md, "Errors").
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};

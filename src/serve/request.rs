@@ -889,7 +889,7 @@ pub fn responses(body: &[u8]) -> Result<ChatRequest, ApiError> {
 mod tests {
     use super::*;
 
-    // Found by the `serve_request` fuzz target (libFuzzer, session 10; corpus
+    // Found by the `serve_request` fuzz target (libFuzzer, 2026-12-02; corpus
     // `role_with_a_newline.json`): an error quoting a client's value carried the
     // value's newline, so the one-line message was two lines.
     #[test]

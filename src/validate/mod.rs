@@ -543,7 +543,7 @@ pub fn check(schema: &Value, text: &str) -> Result<Verdict, SchemaError> {
 /// Options shared by both compiled validators: the draft, formats asserted, no retrieval.
 ///
 /// `duration` and `uuid` entered JSON Schema in 2019-09, so jsonschema treats them as unknown
-/// (not checked) under drafts 4 to 7; the issue wants them asserted in every draft, so under
+/// (not checked) under drafts 4 to 7; formwork asserts them in every draft, so under
 /// those drafts they are registered with jsonschema's own 2020-12 checks.
 pub(crate) fn base_options(draft: Draft) -> jsonschema::ValidationOptions<'static> {
     let opts = jsonschema::options()

@@ -50,7 +50,7 @@ fn rand_u64() -> u64 {
     h.finish()
 }
 
-/// The model the serve tests run: the tests' `FORMWORK_MODEL` (README, "Environment"),
+/// The model the serve tests run: the tests' `FORMWORK_MODEL` (README, the table of variables),
 /// the smallest and fastest of the registry.
 pub const TEST_MODEL: &str = "smollm2-135m";
 

@@ -35,7 +35,7 @@
 //! so a growing cache never copies rows or rehashes states (both were latency spikes
 //! of hundreds of microseconds on large schemas).
 //!
-//! The measured mask times are in the README ("Masks, compile time, coverage"), next to
+//! The measured mask times are in docs/masks.md, next to
 //! the benchmark command that gives them.
 //!
 //! Concurrency: one mutex per grammar, taken once per call (never per trie node).
