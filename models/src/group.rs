@@ -23,6 +23,10 @@
 //!
 //! Snapshots of a `GroupModel` stay in the group, so the prompt-prefix cache and the
 //! decoding loop's checkpoints batch too.
+//!
+//! This module uses [`crate::runtime`] (the model trait, the batched pass, the loaded
+//! model) and `runtime` knows nothing of groups: [`LoadedModel::join_group`] is defined
+//! here.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -30,7 +34,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use crate::runtime::{forward_batch, ForwardTimings, LanguageModel};
+use crate::runtime::{forward_batch, ForwardTimings, LanguageModel, LoadedModel};
 use crate::{ModelError, Result};
 
 /// Threads decoding together; see the module doc.
@@ -315,6 +319,20 @@ impl LanguageModel for GroupModel {
 
     fn timings(&self) -> ForwardTimings {
         self.inner.as_ref().map(|m| m.timings()).unwrap_or_default()
+    }
+}
+
+impl LoadedModel {
+    /// This model in `group`: forwards from the group's member threads run as one
+    /// batched pass; snapshots (and so [`LoadedModel::share`]) stay in it.
+    pub fn join_group(&mut self, group: &Arc<BatchGroup>) {
+        let lent = Box::new(GroupModel {
+            inner: None,
+            group: group.clone(),
+            vocab: 0,
+        });
+        let model = std::mem::replace(&mut self.model, lent);
+        self.model = group.wrap(model);
     }
 }
 

@@ -361,29 +361,6 @@ impl LoadedModel {
             kv: self.kv,
         }
     }
-
-    /// This model in `group`: forwards from the group's member threads run as one
-    /// batched pass ([`crate::group`]); snapshots (and so [`LoadedModel::share`]) stay in it.
-    pub fn join_group(&mut self, group: &Arc<crate::group::BatchGroup>) {
-        let model = std::mem::replace(&mut self.model, Box::new(Unloaded));
-        self.model = group.wrap(model);
-    }
-}
-
-/// A placeholder for a moment inside [`LoadedModel::join_group`].
-struct Unloaded;
-
-impl LanguageModel for Unloaded {
-    fn forward(&mut self, _: &[u32], _: usize) -> Result<Vec<f32>> {
-        Err(forward_err("no model".into()))
-    }
-    fn vocab_size(&self) -> usize {
-        0
-    }
-    fn clear_kv_cache(&mut self) {}
-    fn snapshot(&self) -> Box<dyn LanguageModel> {
-        Box::new(Unloaded)
-    }
 }
 
 impl std::fmt::Debug for LoadedModel {
