@@ -1,4 +1,4 @@
-//! formwork's CPU model file (`llama.rs`) on the real Gemma 3 270M Q4_K_M GGUF: the file's
+//! formwork's CPU model file (`llama/`) on the real Gemma 3 270M Q4_K_M GGUF: the file's
 //! Q5_0 / Q4_K / Q6_K / Q8_0 blocks through `quant/`, the KV cache grown in place, the
 //! local layers' window, and Gemma's extra norms, embedding scale and GELU.
 //!

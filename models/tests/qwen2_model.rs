@@ -5,7 +5,7 @@
 //! chunked prefill and decode against one prefill, independent snapshots, a greedy chat
 //! answer, and bad input.
 //!
-//! The CPU file (`llama.rs`, the file's Q4_K / Q5_0 / Q6_K / Q8_0 blocks through
+//! The CPU file (`llama/`, the file's Q4_K / Q5_0 / Q6_K / Q8_0 blocks through
 //! `quant/`, KV cache grown in place): teacher-forced agreement with the candle path,
 //! full, chunked and token-by-token prefill equal, snapshots, scalar against SIMD
 //! kernels, the greedy chat answer and bad input.

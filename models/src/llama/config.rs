@@ -1,0 +1,276 @@
+//! GGUF metadata -> [`Config`]: the hyper-parameters of a llama, Qwen2 or Gemma 3 model,
+//! read from the `{arch}.*` keys and checked, so that a model this file cannot run (another
+//! architecture, experts, partial RoPE, an odd head size) fails here with the key named,
+//! before any tensor is read.
+
+use candle_core::quantized::gguf_file;
+use candle_core::Result;
+
+use super::bail;
+
+/// The model families this file runs: they differ in the layer's details (module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    Llama,
+    Qwen2,
+    Gemma3,
+}
+
+impl Arch {
+    /// The `general.architecture` value, and the prefix of its metadata keys.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Gemma3 => "gemma3",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Self> {
+        [Arch::Llama, Arch::Qwen2, Arch::Gemma3]
+            .into_iter()
+            .find(|a| a.name() == name)
+    }
+
+    /// How RoPE pairs a head's values: the GGUF converter permutes llama's Wq and Wk for
+    /// interleaved pairs, and leaves Qwen2's and Gemma 3's in the NeoX order (llama.cpp's
+    /// `rope_type`).
+    pub fn rope(self) -> RopeStyle {
+        match self {
+            Arch::Llama => RopeStyle::Interleaved,
+            Arch::Qwen2 | Arch::Gemma3 => RopeStyle::Neox,
+        }
+    }
+}
+
+/// Gemma 3's local layers: they attend to the last `window` positions (themselves
+/// included) and rotate with their own RoPE base; every `pattern`-th layer is global.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sliding {
+    /// `gemma3.attention.sliding_window`.
+    pub window: usize,
+    /// `gemma3.attention.sliding_window_pattern`, else 6 (llama.cpp fixes it for Gemma 3;
+    /// the files carry no key). 0 makes every layer local.
+    pub pattern: usize,
+    /// `gemma3.rope.freq_base_swa` or `gemma3.rope.local_freq_base`, else 10,000.
+    pub rope_theta: f32,
+}
+
+/// Which values of a head RoPE rotates together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Pairs `(2i, 2i + 1)`.
+    Interleaved,
+    /// Pairs `(i, i + head_dim / 2)`.
+    Neox,
+}
+
+/// The hyper-parameters of a model, read from the `{arch}.*` GGUF metadata.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub arch: Arch,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: usize,
+    /// `{arch}.attention.key_length`, else `embedding_length / head_count`. The queries
+    /// are `head_count * head_dim` wide, which need not be the embedding length (Gemma 3).
+    pub head_dim: usize,
+    pub rms_norm_eps: f32,
+    /// RoPE base (of the global layers, where some are local).
+    pub rope_theta: f32,
+    /// Linear RoPE scaling (`{arch}.rope.scaling.factor` with type `linear`, else 1); not
+    /// applied to local layers.
+    pub rope_scaling_factor: f32,
+    /// `{arch}.context_length`; positions past it are refused.
+    pub context_length: usize,
+    /// The embedding is multiplied by this: `sqrt(embedding_length)` for Gemma 3, else 1.
+    pub embed_scale: f32,
+    /// The factor on `q k^T`: `1 / sqrt(head_dim)`, except Gemma 3 27B (62 layers), whose
+    /// `query_pre_attn_scalar` is `embedding_length / head_count` (as llama.cpp).
+    pub attn_scale: f32,
+    /// Local layers (Gemma 3); `None`: every layer sees every earlier position.
+    pub sliding: Option<Sliding>,
+}
+
+impl Config {
+    /// Read and check the metadata; a model this file cannot run (another architecture,
+    /// experts, partial RoPE) is an error that names the key.
+    pub fn from_gguf(ct: &gguf_file::Content) -> Result<Self> {
+        let arch_name = match ct.metadata.get("general.architecture") {
+            Some(v) => v.to_string()?.clone(),
+            None => return bail("GGUF metadata `general.architecture` is missing".into()),
+        };
+        let Some(arch) = Arch::from_name(&arch_name) else {
+            return bail(format!(
+                "GGUF metadata `general.architecture` is `{arch_name}`; formwork's CPU model file runs llama, qwen2 and gemma3"
+            ));
+        };
+        let a = arch.name();
+        let value = |k: &str| ct.metadata.get(&format!("{a}.{k}"));
+        let wrap = |k: &str, e: candle_core::Error| {
+            candle_core::Error::Msg(format!("GGUF metadata `{a}.{k}`: {e}"))
+        };
+        let get = |k: &str| match value(k) {
+            Some(v) => v.to_u64().map(|v| v as usize).map_err(|e| wrap(k, e)),
+            None => bail(format!("GGUF metadata `{a}.{k}` is missing")),
+        };
+        let opt_f32 = |k: &str| -> Result<Option<f32>> {
+            value(k)
+                .map(|v| v.to_f32().map_err(|e| wrap(k, e)))
+                .transpose()
+        };
+        let experts = value("expert_count")
+            .and_then(|v| v.to_u64().ok())
+            .unwrap_or(0);
+        if experts > 0 {
+            return bail(format!(
+                "{a}.expert_count is {experts}: formwork's CPU model file runs no mixture-of-experts models"
+            ));
+        }
+        let hidden_size = get("embedding_length")?;
+        let num_attention_heads = get("attention.head_count")?;
+        let num_key_value_heads = get("attention.head_count_kv")?;
+        if num_attention_heads == 0
+            || num_key_value_heads == 0
+            || num_attention_heads % num_key_value_heads != 0
+            || hidden_size % num_attention_heads != 0
+        {
+            return bail(format!(
+                "{a}.attention.head_count {num_attention_heads} and head_count_kv {num_key_value_heads} do not divide the embedding length {hidden_size}"
+            ));
+        }
+        let head_dim = match value("attention.key_length") {
+            Some(_) => get("attention.key_length")?,
+            None => hidden_size / num_attention_heads,
+        };
+        if value("attention.value_length").is_some() {
+            let v = get("attention.value_length")?;
+            if v != head_dim {
+                return bail(format!(
+                    "{a}.attention.value_length {v} differs from the key length {head_dim}; formwork's CPU model file needs them equal"
+                ));
+            }
+        }
+        if head_dim == 0 {
+            return bail(format!("{a}.attention.key_length is 0"));
+        }
+        if head_dim % 2 != 0 {
+            return bail(format!(
+                "the head size {head_dim} ({a}.embedding_length / head_count) is odd; RoPE needs pairs"
+            ));
+        }
+        if value("rope.dimension_count").is_some() {
+            let rope_dim = get("rope.dimension_count")?;
+            if rope_dim != head_dim {
+                return bail(format!(
+                    "{a}.rope.dimension_count {rope_dim} differs from the head size {head_dim}; formwork's CPU model file runs no partial RoPE"
+                ));
+            }
+        }
+        let rope_scaling_factor = match value("rope.scaling.type") {
+            None => 1.0,
+            Some(v) => match v.to_string().map_err(|e| wrap("rope.scaling.type", e))?.as_str() {
+                "none" => 1.0,
+                "linear" => match opt_f32("rope.scaling.factor")? {
+                    Some(f) if f > 0.0 => f,
+                    _ => 1.0,
+                },
+                other => {
+                    return bail(format!(
+                        "GGUF metadata `{a}.rope.scaling.type`: `{other}` is not supported (formwork runs `none` and `linear`)"
+                    ))
+                }
+            },
+        };
+        // llama.cpp's defaults where a llama file leaves a key out; Qwen2 and Gemma 3
+        // files carry them.
+        let (rms_norm_eps, context_length) = match arch {
+            Arch::Llama => (
+                opt_f32("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5),
+                get("context_length").unwrap_or(4096),
+            ),
+            Arch::Qwen2 | Arch::Gemma3 => (
+                match opt_f32("attention.layer_norm_rms_epsilon")? {
+                    Some(e) => e,
+                    None => {
+                        return bail(format!(
+                            "GGUF metadata `{a}.attention.layer_norm_rms_epsilon` is missing"
+                        ))
+                    }
+                },
+                get("context_length")?,
+            ),
+        };
+        let vocab_size = ct
+            .tensor_infos
+            .get("token_embd.weight")
+            .map(|i| i.shape.dims()[0])
+            .ok_or_else(|| {
+                candle_core::Error::Msg("GGUF tensor `token_embd.weight` is missing".into())
+            })?;
+        let num_hidden_layers = get("block_count")?;
+        let (embed_scale, attn_scale, sliding) = match arch {
+            Arch::Llama | Arch::Qwen2 => (1.0, 1.0 / (head_dim as f32).sqrt(), None),
+            Arch::Gemma3 => {
+                let window = get("attention.sliding_window")?;
+                if window == 0 {
+                    return bail(format!("{a}.attention.sliding_window is 0"));
+                }
+                let pattern = match value("attention.sliding_window_pattern") {
+                    Some(_) => get("attention.sliding_window_pattern")?,
+                    None => 6,
+                };
+                let rope_theta = match opt_f32("rope.freq_base_swa")? {
+                    Some(f) => f,
+                    None => opt_f32("rope.local_freq_base")?.unwrap_or(10_000.0),
+                };
+                let scalar = if num_hidden_layers == 62 {
+                    hidden_size / num_attention_heads
+                } else {
+                    head_dim
+                };
+                (
+                    (hidden_size as f32).sqrt(),
+                    1.0 / (scalar as f32).sqrt(),
+                    Some(Sliding {
+                        window,
+                        pattern,
+                        rope_theta,
+                    }),
+                )
+            }
+        };
+        Ok(Self {
+            arch,
+            vocab_size,
+            hidden_size,
+            num_hidden_layers,
+            num_attention_heads,
+            num_key_value_heads,
+            head_dim,
+            rms_norm_eps,
+            rope_theta: opt_f32("rope.freq_base")?.unwrap_or(10_000.0),
+            rope_scaling_factor,
+            context_length,
+            embed_scale,
+            attn_scale,
+            sliding,
+        })
+    }
+
+    pub(super) fn kv_dim(&self) -> usize {
+        self.num_key_value_heads * self.head_dim
+    }
+
+    pub(super) fn q_dim(&self) -> usize {
+        self.num_attention_heads * self.head_dim
+    }
+
+    /// The window of layer `l` when it is local.
+    pub fn window(&self, l: usize) -> Option<usize> {
+        let s = self.sliding.as_ref()?;
+        (s.pattern == 0 || (l + 1) % s.pattern != 0).then_some(s.window)
+    }
+}
