@@ -285,7 +285,8 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
     let summary = batch::run(&mut engine, &mut schema, &opts, &bopts, interrupted)?;
     eprintln!(
         "batch: {} processed, {} already done, {} valid, {} invalid, {} errors ({} duplicate ids), \
-         {:.1} s, {} prompt tokens reused from cached KV state (shared prefix, retries){}{}",
+         {:.1} s, {} prompt tokens reused from cached KV state (shared prefix, retries), \
+         {} prefixes computed ({} prefills waited for one){}{}",
         summary.processed,
         summary.skipped_done,
         summary.valid,
@@ -294,6 +295,8 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
         summary.duplicates,
         summary.secs,
         summary.prefix_tokens_reused,
+        summary.prefixes_computed,
+        summary.prefix_waits,
         if summary.parallel > 1 {
             format!(
                 ", --parallel {}: {} batched passes, {:.2} sequences per pass",
