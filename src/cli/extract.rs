@@ -88,8 +88,10 @@ pub struct ExtractArgs {
     /// back and written `null`. `distinct` (the default, the best measured on SNIPS)
     /// also takes back a value an earlier grounded field already holds (one quotation,
     /// one field); `stated` (what `--grounded` alone means) only the first rule; `off`
-    /// grounds only the fields marked `"x-formwork-grounded": true`. README
-    /// "Grounded fields".
+    /// grounds only the fields marked `"x-formwork-grounded": true`. A nullable
+    /// `format: date` string is judged by its meaning: it must be a day the document
+    /// states ("2/6/2020", "march sixth, 2038"), and may not be null when the document
+    /// states a day no earlier field holds. README "Grounded fields".
     #[arg(long, value_name = "MODE", num_args = 0..=1, require_equals = true,
           default_value = "distinct", default_missing_value = "stated",
           value_parser = super::parse_ground_arg)]

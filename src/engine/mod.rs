@@ -14,6 +14,7 @@
 //! with the exact errors quoted, up to `retries` times.
 
 pub mod chat;
+pub mod dates;
 pub mod decode;
 pub mod ground;
 pub mod prefix;
