@@ -63,6 +63,10 @@ pub struct BatchSummary {
     pub secs: f64,
     /// Prompt tokens whose KV state came from the cached shared prefix.
     pub prefix_tokens_reused: usize,
+    /// Prompt prefixes computed (each one prefill) and prefills that waited for a
+    /// prefix another worker was computing, in this run.
+    pub prefixes_computed: u64,
+    pub prefix_waits: u64,
     /// Worker threads (`--parallel`).
     pub parallel: usize,
     /// With `--parallel` > 1: batched forward passes, and sequences per pass on average.
@@ -178,6 +182,7 @@ pub fn run(
     };
     if bopts.parallel <= 1 {
         let reused_before = engine.prefix_tokens_reused;
+        let prefix_before = engine.prefix_stats();
         for item in todo {
             if interrupted.load(Ordering::SeqCst) {
                 sink.summary.interrupted = true;
@@ -191,6 +196,9 @@ pub fn run(
             sink.write(done)?;
         }
         sink.summary.prefix_tokens_reused = engine.prefix_tokens_reused - reused_before;
+        let after = engine.prefix_stats();
+        sink.summary.prefixes_computed = after.computed - prefix_before.computed;
+        sink.summary.prefix_waits = after.waited - prefix_before.waited;
     } else {
         run_parallel(
             engine,
@@ -392,6 +400,8 @@ fn run_parallel(
         ));
     }
     sink.summary.prefix_tokens_reused = finished.prefix_tokens_reused;
+    sink.summary.prefixes_computed = finished.prefix.computed;
+    sink.summary.prefix_waits = finished.prefix.waited;
     sink.summary.batched_passes = finished.stats.passes;
     sink.summary.mean_batch = finished.stats.mean_batch();
     match failed {

@@ -63,6 +63,14 @@ fn list_on_an_empty_cache_shows_absent_models() {
             "{line}"
         );
     }
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("qwen2.5-coder-1.5b"))
+        .expect(&text);
+    assert!(
+        line.contains("absent") && line.contains("(opt-in"),
+        "{line}"
+    );
 }
 
 #[test]

@@ -548,7 +548,9 @@ fn per_record_examples_still_reuse_the_system_prefix() {
 /// README command 1, with the default model (not the small test model): the answer a
 /// person would accept for the order e-mail. Two rows, SKU 11 with 12 pieces, SKU 42
 /// with quantity null and "una decina" (the uncertain one), the address and the
-/// billing name.
+/// billing name. All five examples (`--shots all`): with the default 3 the model
+/// writes "42 pz" for "una decina" (grounding then takes it back) and names row 0
+/// as the uncertain one. Grounding is on (the default, distinct).
 #[test]
 fn readme_command_1_extracts_the_order_email_right() {
     let Some(home) = common::home_with_qwen() else {
@@ -564,6 +566,7 @@ fn readme_command_1_extracts_the_order_email_right() {
         .arg(examples().join("order_email.txt"))
         .arg("--examples")
         .arg(examples().join("order_email.examples.jsonl"))
+        .args(["--shots", "all"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -623,7 +626,7 @@ fn grounded_extraction_writes_null_for_what_the_document_does_not_state() {
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"))
     };
     // Without grounding the small model invents a city and a state for a museum cafe.
-    let plain = run(&[]);
+    let plain = run(&["--grounded=off"]);
     assert_eq!(plain["verdict"], "valid", "{plain}");
     assert_eq!(plain["grounded_nulls"], 0);
     let invented = not_stated(&schema, &plain["value"], &doc);
@@ -643,4 +646,13 @@ fn grounded_extraction_writes_null_for_what_the_document_does_not_state() {
     );
     let decoded: Value = serde_json::from_str(g["text"].as_str().unwrap()).unwrap();
     assert_eq!(decoded, g["value"]);
+    // The default grounds too (distinct, which also takes back repeats).
+    let d = run(&[]);
+    assert_eq!(d["verdict"], "valid", "{d}");
+    assert!(d["grounded_nulls"].as_u64().unwrap() >= 1, "{d}");
+    assert_eq!(
+        not_stated(&schema, &d["value"], &doc),
+        Vec::<String>::new(),
+        "{d}"
+    );
 }

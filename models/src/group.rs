@@ -32,7 +32,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 
 use crate::runtime::{forward_batch, ForwardTimings, LanguageModel, LoadedModel};
 use crate::{ModelError, Result};
@@ -95,11 +95,53 @@ impl std::fmt::Debug for State {
 
 thread_local! {
     /// The groups this thread is a member of, with how many guards it holds of each.
-    static MEMBER_OF: RefCell<Vec<(u64, usize)>> = const { RefCell::new(Vec::new()) };
+    static MEMBER_OF: RefCell<Vec<(u64, usize, Weak<BatchGroup>)>> = const { RefCell::new(Vec::new()) };
 }
 
 fn is_member(id: u64) -> bool {
-    MEMBER_OF.with(|m| m.borrow().iter().any(|&(g, _)| g == id))
+    MEMBER_OF.with(|m| m.borrow().iter().any(|&(g, _, _)| g == id))
+}
+
+/// While it lives, the calling thread does not hold up the groups it is a member of
+/// (their passes run without waiting for its next request); made by [`step_aside`].
+#[derive(Debug)]
+pub struct Aside {
+    groups: Vec<Arc<BatchGroup>>,
+    /// Bound to the thread that stepped aside.
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+/// Step aside from this thread's groups while it waits for something other than a
+/// forward pass (another member computing a prompt prefix it needs): a member that
+/// waits on anything but its group would hold the group's passes up, and the member
+/// it waits for could never finish. The guard's drop takes the thread back in; its
+/// next forward then batches with the others' again.
+pub fn step_aside() -> Aside {
+    let groups: Vec<Arc<BatchGroup>> = MEMBER_OF.with(|m| {
+        m.borrow()
+            .iter()
+            .filter_map(|(_, _, g)| g.upgrade())
+            .collect()
+    });
+    for g in &groups {
+        let mut st = g.lock();
+        st.members = st.members.saturating_sub(1);
+        drop(st);
+        // A waiting request may now be the last one the group waits for.
+        g.cv.notify_all();
+    }
+    Aside {
+        groups,
+        _thread: std::marker::PhantomData,
+    }
+}
+
+impl Drop for Aside {
+    fn drop(&mut self) {
+        for g in &self.groups {
+            g.lock().members += 1;
+        }
+    }
 }
 
 /// A thread's membership of a [`BatchGroup`]; dropping it leaves the group.
@@ -113,7 +155,7 @@ impl Drop for Membership {
         let id = self.group.id;
         let last = MEMBER_OF.with(|m| {
             let mut m = m.borrow_mut();
-            match m.iter().position(|&(g, _)| g == id) {
+            match m.iter().position(|&(g, _, _)| g == id) {
                 Some(i) if m[i].1 > 1 => {
                     m[i].1 -= 1;
                     false
@@ -155,13 +197,13 @@ impl BatchGroup {
     pub fn join(self: &Arc<Self>) -> Membership {
         let first = MEMBER_OF.with(|m| {
             let mut m = m.borrow_mut();
-            match m.iter_mut().find(|(g, _)| *g == self.id) {
+            match m.iter_mut().find(|(g, _, _)| *g == self.id) {
                 Some(e) => {
                     e.1 += 1;
                     false
                 }
                 None => {
-                    m.push((self.id, 1));
+                    m.push((self.id, 1, Arc::downgrade(self)));
                     true
                 }
             }
@@ -467,6 +509,44 @@ mod tests {
             .collect();
         assert_eq!(got, alone(2));
         idle.join().unwrap();
+    }
+
+    #[test]
+    fn a_member_that_steps_aside_does_not_hold_the_others() {
+        let group = BatchGroup::new();
+        let mut m = group.wrap(Box::new(Fake::default()));
+        let (ran_tx, ran_rx) = std::sync::mpsc::channel::<Vec<Vec<f32>>>();
+        let _member = group.join();
+        let other = {
+            let group = group.clone();
+            let mut m = m.snapshot();
+            std::thread::spawn(move || {
+                let _member = group.join();
+                // Waits for the other member's result outside the group: without
+                // stepping aside, the other's forwards would wait for this thread.
+                let got = {
+                    let _aside = step_aside();
+                    ran_rx.recv().unwrap()
+                };
+                // Back in: its forwards still work (alone, once the other has left).
+                (got, m.forward(&[4], 0).unwrap())
+            })
+        };
+        while group.members() < 2 {
+            std::thread::yield_now();
+        }
+        // Two members; the other steps aside, so these passes run with one row.
+        let got: Vec<Vec<f32>> = steps(m.as_mut(), 2)
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        assert_eq!(got, alone(2));
+        ran_tx.send(got).unwrap();
+        drop(_member);
+        let (seen, fourth) = other.join().unwrap();
+        assert_eq!(seen, alone(2));
+        assert_eq!(fourth, Fake::default().forward(&[4], 0).unwrap());
+        assert_eq!(group.stats().max_batch, 1);
     }
 
     #[test]

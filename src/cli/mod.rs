@@ -115,6 +115,35 @@ pub fn parse_ground_mode(s: &str) -> Result<crate::engine::ground::GroundMode, S
         .ok_or_else(|| format!("{s:?} is not `stated` or `distinct`"))
 }
 
+/// `extract --grounded=stated|distinct|off`: a grounding mode, or none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroundArg(pub Option<crate::engine::ground::GroundMode>);
+
+pub fn parse_ground_arg(s: &str) -> Result<GroundArg, String> {
+    if s == "off" {
+        return Ok(GroundArg(None));
+    }
+    crate::engine::ground::GroundMode::parse(s)
+        .map(|m| GroundArg(Some(m)))
+        .ok_or_else(|| format!("{s:?} is not `stated`, `distinct` or `off`"))
+}
+
+/// `extract --shots K|all`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShotsArg {
+    Count(usize),
+    All,
+}
+
+pub fn parse_shots(s: &str) -> Result<ShotsArg, String> {
+    if s == "all" {
+        return Ok(ShotsArg::All);
+    }
+    s.parse()
+        .map(ShotsArg::Count)
+        .map_err(|_| format!("{s:?} is not a number of examples or `all`"))
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "formwork",
@@ -155,5 +184,40 @@ pub fn main() -> anyhow::Result<ExitCode> {
         Command::Extract(a) => extract::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Serve(a) => serve::run(a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::ground::GroundMode;
+
+    fn extract(args: &[&str]) -> extract::ExtractArgs {
+        let mut argv = vec!["formwork", "extract", "--schema", "s.json"];
+        argv.extend_from_slice(args);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Extract(a) => a,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn extract_defaults_are_three_bm25_shots_and_distinct_grounding() {
+        let a = extract(&[]);
+        assert_eq!(a.shots, None, "DEFAULT_SHOTS applies");
+        assert_eq!(extract::DEFAULT_SHOTS, 3);
+        assert_eq!(a.pick, PickArg::Bm25);
+        assert_eq!(a.grounded, GroundArg(Some(GroundMode::Distinct)));
+        assert_eq!(
+            extract(&["--grounded"]).grounded,
+            GroundArg(Some(GroundMode::Stated))
+        );
+        assert_eq!(extract(&["--grounded=off"]).grounded, GroundArg(None));
+        assert_eq!(extract(&["--shots", "all"]).shots, Some(ShotsArg::All));
+        assert_eq!(extract(&["--shots", "5"]).shots, Some(ShotsArg::Count(5)));
+        let bad = ["--shots", "most"];
+        let mut argv = vec!["formwork", "extract", "--schema", "s.json"];
+        argv.extend_from_slice(&bad);
+        assert!(Cli::try_parse_from(argv).is_err());
     }
 }

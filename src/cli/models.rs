@@ -25,7 +25,7 @@ pub enum ModelsCommand {
     Fetch {
         /// A registry name (default: the default model).
         name: Option<String>,
-        /// Fetch every known model.
+        /// Fetch every known model but the opt-in ones (list marks them; fetch those by name).
         #[arg(long, conflicts_with = "name")]
         all: bool,
     },
@@ -52,6 +52,7 @@ pub fn run(args: ModelsArgs) -> anyhow::Result<ExitCode> {
             let names: Vec<String> = if all {
                 registry::MODELS
                     .iter()
+                    .filter(|m| !m.opt_in)
                     .map(|m| m.name.to_string())
                     .collect()
             } else {
@@ -110,6 +111,8 @@ fn list() -> anyhow::Result<ExitCode> {
         };
         let default = if entry.info.name == DEFAULT_MODEL {
             " (default)"
+        } else if entry.info.opt_in {
+            " (opt-in: not in `fetch --all`)"
         } else {
             ""
         };

@@ -426,14 +426,15 @@ fn pick(
 }
 
 /// [`pick`] where `null` competes with a value: records the [`NullDecision`], and
-/// adds `opts.null_bias` to the logits of the tokens that start `null` first.
+/// adds `null_bias` (`opts.null_bias`, or minus infinity where grounding refuses
+/// `null`) to the logits of the tokens that start `null` first.
 fn pick_null_or_value(
     matcher: &mut Matcher,
     codec: &dyn Codec,
     sampler: &mut Sampler,
     logits: &[f32],
     mask: &mut TokenSet,
-    opts: &DecodeOptions,
+    null_bias: f32,
     out: &mut DecodeOutput,
 ) -> Option<u32> {
     full_mask(matcher, mask, &mut out.stats);
@@ -447,13 +448,13 @@ fn pick_null_or_value(
         (Some(n), Some(v)) => logits[n as usize] - logits[v as usize],
         _ => return sampler.sample(logits, |t| mask.contains(t)),
     };
-    let tok = if opts.null_bias == 0.0 {
+    let tok = if null_bias == 0.0 {
         sampler.sample(logits, |t| mask.contains(t))
     } else {
         let mut biased = logits.to_vec();
         for (t, x) in biased.iter_mut().enumerate() {
             if starts_n(t as u32) {
-                *x += opts.null_bias;
+                *x += null_bias;
             }
         }
         sampler.sample(&biased, |t| mask.contains(t))
@@ -667,6 +668,20 @@ struct Grounder<'a> {
 }
 
 impl Grounder<'_> {
+    /// Does grounding refuse `null` for the value that starts here (a date field the
+    /// document gives a day, [`Grounding::refuses_null`])?
+    fn refuses_null(&self, out: &DecodeOutput) -> bool {
+        let Some(g) = self.g else { return false };
+        let s = ground::scan(&out.bytes);
+        let Some(p) = &s.next_value else { return false };
+        let earlier = s
+            .strings
+            .iter()
+            .filter(|e| g.covers(&e.pattern))
+            .map(|e| e.value.as_str());
+        g.refuses_null(p, earlier)
+    }
+
     /// Takes a [`Checkpoint`] when the text ends where the next value may be grounded.
     fn checkpoint(
         &mut self,
@@ -721,7 +736,7 @@ impl Grounder<'_> {
                 .iter()
                 .filter(|e| g.covers(&e.pattern))
                 .map(|e| e.value.as_str());
-            if !g.covers(&s.pattern) || g.stands(&s.value, earlier) {
+            if !g.covers(&s.pattern) || g.judge(&s.pattern, &s.value, earlier) {
                 continue;
             }
             let Some(cp) = self.checkpoint.take_if(|c| c.bytes <= s.start) else {
@@ -847,8 +862,13 @@ pub fn decode_masked(
         matcher.set_budget(left);
         grounder.checkpoint(model.as_ref(), matcher, pos, &out);
 
+        let refuse_null = matcher.null_competes() && grounder.refuses_null(&out);
         // 2. Null against a value, both scored before committing.
-        if opts.null_lookahead && sampler.sampling().is_greedy() && matcher.null_competes() {
+        if opts.null_lookahead
+            && sampler.sampling().is_greedy()
+            && matcher.null_competes()
+            && !refuse_null
+        {
             if let Some(w) = null_lookahead(
                 model.as_ref(),
                 codec,
@@ -903,7 +923,12 @@ pub fn decode_masked(
         let picked = if redirected.is_some() {
             redirected
         } else if matcher.null_competes() {
-            pick_null_or_value(matcher, codec, sampler, &logits, &mut mask, opts, &mut out)
+            let bias = if refuse_null {
+                f32::NEG_INFINITY
+            } else {
+                opts.null_bias
+            };
+            pick_null_or_value(matcher, codec, sampler, &logits, &mut mask, bias, &mut out)
         } else if opts.null_bias != 0.0 {
             let c = crossers.get_or_insert_with(|| crossing_candidates(codec));
             pick_across_null(

@@ -13,11 +13,18 @@
 //!
 //! Which fields: a subschema with `"x-formwork-grounded": true`, and with
 //! `--grounded`, every *nullable string* of the schema: `type` `["string", "null"]`
-//! without `format`, `pattern` or `const` (a date in ISO form is a normalisation, not
-//! a quotation), an `enum` of strings and `null` (an enum value counts as stated
-//! when it occurs in the text: "star" in "5 stars"), or a two-branch
-//! `anyOf`/`oneOf` of such a string and `null`. Strings that may not be null are
-//! never grounded: nothing could replace them.
+//! without `format`, `pattern` or `const`, an `enum` of strings and `null` (an enum
+//! value counts as stated when it occurs in the text: "star" in "5 stars"), or a
+//! two-branch `anyOf`/`oneOf` of such a string and `null`. Strings that may not be
+//! null are never grounded: nothing could replace them.
+//!
+//! A nullable string with `format: date` is grounded by its meaning, not its text (an
+//! ISO date is a normalisation, never a quotation): it stands when the document
+//! states that calendar day ([`super::dates`]: "2/6/2020", "march sixth, 2038", "Dec.
+//! 13, 2018"). And where the document states a day that no earlier value of the
+//! answer holds, such a field may not be `null` ([`Grounding::refuses_null`]): the
+//! model writes a date, which is then judged like any other. Other formats are not
+//! grounded.
 //!
 //! The masked loop ([`super::decode::decode_masked`]) judges each grounded string as
 //! its closing quote is written and, when it fails, goes back to the KV snapshot and
@@ -27,6 +34,7 @@
 
 use serde_json::Value;
 
+use super::dates::{self, Day};
 use super::source::{resolve, type_names};
 
 /// The schema keyword that marks one field grounded.
@@ -59,7 +67,11 @@ impl GroundMode {
 #[derive(Clone, Debug, Default)]
 pub struct Grounding {
     patterns: Vec<String>,
+    /// The grounded `format: date` fields, judged by [`Grounding::days`].
+    date_patterns: Vec<String>,
     folded_doc: String,
+    /// The calendar days the document states.
+    days: Vec<Day>,
     distinct: bool,
 }
 
@@ -75,30 +87,74 @@ impl Grounding {
     /// The grounded fields of `schema` (those marked with [`KEYWORD`], and with a
     /// `mode` every nullable string) against `document`. `None` when there are none.
     pub fn new(schema: &Value, mode: Option<GroundMode>, document: &str) -> Option<Grounding> {
-        let patterns = grounded_patterns(schema, mode.is_some());
-        (!patterns.is_empty()).then(|| Grounding {
+        let (patterns, date_patterns) = grounded_fields(schema, mode.is_some());
+        (!patterns.is_empty() || !date_patterns.is_empty()).then(|| Grounding {
             patterns,
+            days: if date_patterns.is_empty() {
+                Vec::new()
+            } else {
+                dates::stated_days(document)
+            },
+            date_patterns,
             folded_doc: fold(document),
             distinct: mode == Some(GroundMode::Distinct),
         })
     }
 
-    /// Does a grounded `value` stand, after the `earlier` grounded values of the
+    /// Does a grounded text `value` stand, after the `earlier` grounded values of the
     /// same answer? It must be stated in the document and, in `distinct` mode, not
     /// repeat one of them.
-    pub fn stands<'a>(&self, value: &str, mut earlier: impl Iterator<Item = &'a str>) -> bool {
-        self.holds(value) && !(self.distinct && earlier.any(|e| fold(e) == fold(value)))
+    pub fn stands<'a>(&self, value: &str, earlier: impl Iterator<Item = &'a str>) -> bool {
+        self.holds(value) && !self.repeats(value, earlier)
+    }
+
+    fn repeats<'a>(&self, value: &str, mut earlier: impl Iterator<Item = &'a str>) -> bool {
+        self.distinct && earlier.any(|e| fold(e) == fold(value))
+    }
+
+    /// Does the grounded `value` at `pattern` stand (see [`Grounding::stands`])? A
+    /// date field's value must be a day the document states.
+    pub fn judge<'a>(
+        &self,
+        pattern: &str,
+        value: &str,
+        earlier: impl Iterator<Item = &'a str>,
+    ) -> bool {
+        if self.is_date(pattern) {
+            let stated = dates::parse_iso(value).is_some_and(|d| self.days.contains(&d));
+            stated && !self.repeats(value, earlier)
+        } else {
+            self.stands(value, earlier)
+        }
+    }
+
+    fn is_date(&self, pattern: &str) -> bool {
+        self.date_patterns.iter().any(|p| p == pattern)
+    }
+
+    /// May the value at `pattern` not be `null`, after the `earlier` grounded values
+    /// of the answer? True at a date field when the document states a day that none
+    /// of them holds: the document gives the field a value, the model writes it.
+    pub fn refuses_null<'a>(&self, pattern: &str, earlier: impl Iterator<Item = &'a str>) -> bool {
+        if !self.is_date(pattern) || self.days.is_empty() {
+            return false;
+        }
+        let used: Vec<Day> = earlier.filter_map(dates::parse_iso).collect();
+        self.days.iter().any(|d| !used.contains(d))
     }
 
     /// Is a value at `pattern` judged?
     pub fn covers(&self, pattern: &str) -> bool {
-        self.patterns.iter().any(|p| p == pattern)
+        self.patterns
+            .iter()
+            .chain(&self.date_patterns)
+            .any(|p| p == pattern)
     }
 
     /// Could a value inside the container at `pattern` be judged (a checkpoint before
     /// its values is worth taking)?
     pub fn covers_inside(&self, pattern: &str) -> bool {
-        self.patterns.iter().any(|p| {
+        self.patterns.iter().chain(&self.date_patterns).any(|p| {
             p.len() > pattern.len() && p.starts_with(pattern) && p.as_bytes()[pattern.len()] == b'/'
         })
     }
@@ -110,8 +166,9 @@ impl Grounding {
     }
 
     /// Free decoding, judged after the fact: every grounded string of `value` that is
-    /// not in the document becomes `null`; in `distinct` mode, so does one that repeats
-    /// an earlier grounded value (in document order). Returns the pointers changed.
+    /// not in the document (a date: not a day it states) becomes `null`; in `distinct`
+    /// mode, so does one that repeats an earlier grounded value (in document order).
+    /// Returns the pointers changed.
     pub fn apply(&self, value: &mut Value) -> Vec<String> {
         let mut changed = Vec::new();
         let mut kept = Vec::new();
@@ -135,7 +192,7 @@ impl Grounding {
         match v {
             Value::String(s) => {
                 if self.covers(pat) {
-                    if self.stands(s, kept.iter().map(String::as_str)) {
+                    if self.judge(pat, s, kept.iter().map(String::as_str)) {
                         kept.push(s.clone());
                     } else {
                         *v = Value::Null;
@@ -244,9 +301,56 @@ fn marked(v: &Value) -> bool {
     v.get(KEYWORD) == Some(&Value::Bool(true))
 }
 
-/// The instance-pointer patterns of the grounded fields of `schema`, in schema order.
+/// Is `v` a string with `format: date` (and no `pattern`, `enum` or `const`)?
+fn date_string(root: &Value, v: &Value) -> bool {
+    let Value::Object(m) = resolve(root, v) else {
+        return false;
+    };
+    m.get("format").and_then(Value::as_str) == Some("date")
+        && ["pattern", "enum", "const", "anyOf", "oneOf"]
+            .iter()
+            .all(|k| !m.contains_key(*k))
+        && type_names(m) == ["string"]
+}
+
+fn null_only(root: &Value, v: &Value) -> bool {
+    let Value::Object(m) = resolve(root, v) else {
+        return false;
+    };
+    type_names(m) == ["null"] || m.get("const") == Some(&Value::Null)
+}
+
+/// Is `v` a nullable date: `anyOf`/`oneOf` of a `format: date` string and `null`, or
+/// `type: ["string", "null"]` with `format: date`?
+fn nullable_date(root: &Value, v: &Value) -> bool {
+    let Value::Object(m) = resolve(root, v) else {
+        return false;
+    };
+    for key in ["anyOf", "oneOf"] {
+        if let Some(Value::Array(bs)) = m.get(key) {
+            return bs.len() == 2
+                && ((date_string(root, &bs[0]) && null_only(root, &bs[1]))
+                    || (null_only(root, &bs[0]) && date_string(root, &bs[1])));
+        }
+    }
+    let mut t = type_names(m);
+    t.sort_unstable();
+    m.get("format").and_then(Value::as_str) == Some("date")
+        && t == ["null", "string"]
+        && ["pattern", "enum", "const"]
+            .iter()
+            .all(|k| !m.contains_key(*k))
+}
+
+/// The instance-pointer patterns of the grounded text fields of `schema`, in schema
+/// order.
 pub fn grounded_patterns(schema: &Value, all_nullable_strings: bool) -> Vec<String> {
-    let mut out = Vec::new();
+    grounded_fields(schema, all_nullable_strings).0
+}
+
+/// The grounded text fields and the grounded date fields of `schema`, as patterns.
+pub fn grounded_fields(schema: &Value, all_nullable_strings: bool) -> (Vec<String>, Vec<String>) {
+    let mut out = (Vec::new(), Vec::new());
     walk(
         schema,
         schema,
@@ -258,16 +362,29 @@ pub fn grounded_patterns(schema: &Value, all_nullable_strings: bool) -> Vec<Stri
     out
 }
 
-fn walk(root: &Value, v: &Value, pat: &mut String, all: bool, out: &mut Vec<String>, depth: usize) {
+fn walk(
+    root: &Value,
+    v: &Value,
+    pat: &mut String,
+    all: bool,
+    out: &mut (Vec<String>, Vec<String>),
+    depth: usize,
+) {
     if depth > MAX_DEPTH {
         return;
     }
     let m = resolve(root, v);
+    if (all || marked(v) || marked(m)) && nullable_date(root, v) {
+        if !out.1.contains(pat) {
+            out.1.push(pat.clone());
+        }
+        return;
+    }
     let a = admits(root, v, 0);
     let groundable = a.string && a.null && !a.other;
     if groundable && (all || marked(v) || marked(m)) {
-        if !out.contains(pat) {
-            out.push(pat.clone());
+        if !out.0.contains(pat) {
+            out.0.push(pat.clone());
         }
         return;
     }
@@ -601,6 +718,56 @@ mod tests {
         assert!(g.stands("Belgium", ["tomorrow"].into_iter()));
         assert!(!g.stands("Belgium", ["BELGIUM"].into_iter()));
         assert!(!g.stands("France", std::iter::empty()));
+    }
+
+    fn booking() -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "time_range": {"type": ["string", "null"]},
+                "date": {"anyOf": [{"type": "string", "format": "date"}, {"type": "null"}]},
+                "until": {"type": ["string", "null"], "format": "date"},
+                "stamp": {"anyOf": [{"type": "string", "format": "date-time"}, {"type": "null"}]},
+                "due": {"type": "string", "format": "date"}
+            }
+        })
+    }
+
+    #[test]
+    fn a_date_is_grounded_by_the_day_the_document_states() {
+        let (text, dates) = grounded_fields(&booking(), true);
+        assert_eq!(text, ["/time_range"]);
+        assert_eq!(dates, ["/date", "/until"], "nullable dates only");
+        assert_eq!(grounded_fields(&booking(), false), (vec![], vec![]));
+        let doc = "book a brasserie on march sixth, 2038 for eight";
+        let g = Grounding::new(&booking(), Some(GroundMode::Stated), doc).unwrap();
+        let none = || std::iter::empty::<&str>();
+        assert!(g.judge("/date", "2038-03-06", none()));
+        assert!(
+            !g.judge("/date", "2038-06-03", none()),
+            "not the day stated"
+        );
+        assert!(!g.judge("/date", "2038-03-6", none()));
+        assert!(g.judge("/time_range", "march sixth, 2038", none()));
+        assert!(
+            !g.judge("/time_range", "2038-03-06", none()),
+            "text is quoted"
+        );
+        let mut v = json!({"time_range": "march sixth, 2038", "date": "2038-03-06",
+            "until": "2038-03-07", "stamp": "2038-03-06T00:00:00Z", "due": "2000-01-01"});
+        assert_eq!(g.apply(&mut v), ["/until"]);
+        assert_eq!(v["date"], "2038-03-06");
+        assert_eq!(v["due"], "2000-01-01", "not nullable, never grounded");
+        // Null is refused where a stated day is not yet held by an earlier value.
+        assert!(g.refuses_null("/date", none()));
+        assert!(!g.refuses_null("/date", ["2038-03-06"].into_iter()));
+        assert!(!g.refuses_null("/time_range", none()));
+        let g = Grounding::new(&booking(), Some(GroundMode::Stated), "book on jun. 2").unwrap();
+        assert!(!g.refuses_null("/date", none()), "no year: no day stated");
+        assert!(!g.judge("/date", "2024-06-02", none()));
+        // Distinct: one stated day, one field.
+        let g = Grounding::new(&booking(), Some(GroundMode::Distinct), doc).unwrap();
+        assert!(!g.judge("/until", "2038-03-06", ["2038-03-06"].into_iter()));
     }
 
     #[test]

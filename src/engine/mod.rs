@@ -14,20 +14,22 @@
 //! with the exact errors quoted, up to `retries` times.
 
 pub mod chat;
+pub mod dates;
 pub mod decode;
 pub mod ground;
+pub mod prefix;
 pub mod prompt;
 pub mod source;
 pub mod tools;
 pub mod workers;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use formwork_grammar::compile::{compile, Automaton, CompileError, Config};
 use formwork_grammar::matcher::{Grammar, Matcher};
 use formwork_grammar::toktrie::TokTrie;
-use formwork_models::runtime::{LanguageModel, LoadedModel};
+use formwork_models::runtime::LoadedModel;
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -245,10 +247,7 @@ pub struct Extraction {
     pub null_decisions: Vec<decode::NullDecision>,
 }
 
-struct PrefixCache {
-    tokens: Vec<u32>,
-    model: Box<dyn LanguageModel>,
-}
+use prefix::{Cached as PrefixCache, PrefixStore};
 
 /// How many prompt prefixes [`Engine`] keeps the KV state of. Two levels are in use
 /// per record (the system message, and the system message with the record's worked
@@ -259,11 +258,10 @@ const PREFIX_CACHE_ENTRIES: usize = 4;
 pub struct Engine {
     loaded: LoadedModel,
     trie: Arc<TokTrie>,
-    /// KV snapshots of prompt prefixes, least recently used first, shared by the engines
-    /// [`Engine::share`] makes (a batch's workers, a server's threads): a prefix one of
-    /// them computed, the others reuse. Locked only to look up, copy or insert a
-    /// snapshot, never across a forward pass.
-    prefix: Arc<Mutex<Vec<PrefixCache>>>,
+    /// KV snapshots of prompt prefixes, shared by the engines [`Engine::share`] makes
+    /// (a batch's workers, a server's threads): a prefix one of them computed, or is
+    /// computing, the others reuse ([`prefix`]).
+    prefix: Arc<PrefixStore>,
     /// Reuse the KV state of the prompt prefix shared by consecutive records.
     pub reuse_prefix: bool,
     /// Tokens fed from a reused prefix (for measuring the saving).
@@ -428,49 +426,22 @@ impl Engine {
     /// (ascending prefix lengths) that it passes, for the next records.
     fn prefill(&mut self, ids: &[u32], cuts: &[usize]) -> anyhow::Result<Vec<f32>> {
         anyhow::ensure!(!ids.is_empty(), "empty prompt");
-        let mut pos = 0;
-        if self.reuse_prefix {
-            let shared = self.prefix.clone();
-            let mut cache = shared.lock().unwrap_or_else(|e| e.into_inner());
-            let best = (cache.iter().enumerate())
-                .filter(|(_, p)| ids.len() > p.tokens.len() && ids.starts_with(&p.tokens))
-                .max_by_key(|(_, p)| p.tokens.len())
-                .map(|(i, _)| i);
-            if let Some(i) = best {
-                let p = cache.remove(i);
-                pos = p.tokens.len();
-                self.loaded.model = p.model.snapshot();
-                self.prefix_tokens_reused += pos;
-                cache.push(p);
-            }
-        }
-        if pos == 0 {
+        if !self.reuse_prefix {
             self.loaded.model.clear_kv_cache();
+            return Ok(self.loaded.model.forward(ids, 0)?);
         }
-        if self.reuse_prefix {
-            for &cut in cuts {
-                if cut <= pos || cut >= ids.len() {
-                    continue;
-                }
-                self.loaded.model.forward(&ids[pos..cut], pos)?;
-                pos = cut;
-                let snapshot = self.loaded.model.snapshot();
-                // A few entries per engine that shares the cache.
-                let room = PREFIX_CACHE_ENTRIES * Arc::strong_count(&self.prefix);
-                let mut cache = self.prefix.lock().unwrap_or_else(|e| e.into_inner());
-                if cache.iter().any(|p| p.tokens[..] == ids[..cut]) {
-                    continue; // another engine cached it meanwhile
-                }
-                while cache.len() >= room {
-                    cache.remove(0);
-                }
-                cache.push(PrefixCache {
-                    tokens: ids[..cut].to_vec(),
-                    model: snapshot,
-                });
-            }
-        }
-        Ok(self.loaded.model.forward(&ids[pos..], pos)?)
+        // A few entries per engine that shares the store.
+        let room = PREFIX_CACHE_ENTRIES * Arc::strong_count(&self.prefix);
+        let (logits, reused) = self
+            .prefix
+            .prefill(&mut self.loaded.model, ids, cuts, room)?;
+        self.prefix_tokens_reused += reused;
+        Ok(logits)
+    }
+
+    /// What the prompt-prefix store shared by this engine's shares has done.
+    pub fn prefix_stats(&self) -> prefix::PrefixStats {
+        self.prefix.stats()
     }
 
     /// Prefills the first attempt's prompt `ids` (made with `system` and the

@@ -42,6 +42,9 @@ impl Engine {
 pub struct Finished {
     /// Prompt tokens the workers took from the shared prefix cache.
     pub prefix_tokens_reused: usize,
+    /// Prefixes the workers computed, and prefills that waited for one another
+    /// worker was computing (one prefill per shared prefix).
+    pub prefix: super::prefix::PrefixStats,
     /// Workers that panicked (each with the job it held, whose result never came).
     pub panicked: usize,
     /// The batch group's passes and rows.
@@ -123,6 +126,7 @@ pub fn run<J: Send, S: Clone + Send, R: Send>(
         Some(e) => Err(e),
         None => Ok(Finished {
             prefix_tokens_reused: reused,
+            prefix: base.prefix_stats(),
             panicked,
             stats: group.stats(),
         }),
