@@ -888,13 +888,24 @@ fn a_choice_inside_a_token_counts_for_the_value_after_it() {
         Sampling::Greedy,
         0,
         None,
-        &[Rule::DEFAULT, PATH],
+        &[
+            Rule {
+                null: NullRule::Odds,
+                ..Rule::DEFAULT
+            },
+            PATH,
+            Rule {
+                null: NullRule::Chain,
+                ..Rule::DEFAULT
+            },
+        ],
     );
     assert_eq!(text, r#"{"a":null}"#);
-    // The odds where null competed; as a path, the token that ends where null starts
-    // counts too.
+    // The odds where null competed (null 3/4 against `"` 1/4); as a path, the token
+    // that ends where null starts counts too, and so it does in the chain.
     close(c[0]["/a"], 0.75);
     close(c[1]["/a"], 0.6 * 0.75);
+    close(c[2]["/a"], 0.6 * 0.75 / (0.75 + 0.25));
 }
 
 use formwork::engine::ground::{GroundMode, Grounding};

@@ -1381,6 +1381,22 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn review_catches_wrong_values_from_the_least_confident_up_ties_in_proportion() {
+        let items = [
+            (0.1, false),
+            (0.5, false),
+            (0.5, true),
+            (0.9, true),
+            (0.9, false),
+        ];
+        assert_eq!(caught(&items, 0.2), 1.0 / 3.0);
+        // One of the two values at 0.5, of which one is wrong: half a wrong value.
+        assert_eq!(caught(&items, 0.4), 1.5 / 3.0);
+        assert_eq!(caught(&items, 1.0), 1.0);
+        assert!(caught(&[(0.3, true)], 0.5).is_nan());
+    }
+
+    #[test]
     fn strings_fold_case_unless_exact() {
         assert!(field_equal(&json!(" Paris "), &json!("paris"), false));
         assert!(!field_equal(&json!(" Paris "), &json!("paris"), true));

@@ -107,6 +107,10 @@ pub enum NullRule {
     Odds,
     /// As any value (its tokens' probabilities).
     Path,
+    /// The chosen tokens that end where `null` starts (`":`, whose rivals such as
+    /// `":"` start a value inside them), then the odds at its start: the choice of
+    /// `null` over a value across both steps.
+    Chain,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -126,7 +130,7 @@ impl Rule {
     pub fn all() -> Vec<Rule> {
         let mut v = vec![Rule::DEFAULT];
         for tokens in [Combine::Product, Combine::Min, Combine::Start] {
-            for null in [NullRule::Odds, NullRule::Path] {
+            for null in [NullRule::Chain, NullRule::Odds, NullRule::Path] {
                 let r = Rule { tokens, null };
                 if r != Rule::DEFAULT {
                     v.push(r);
@@ -146,6 +150,7 @@ impl Rule {
         let n = match self.null {
             NullRule::Odds => "odds",
             NullRule::Path => "path",
+            NullRule::Chain => "chain",
         };
         format!("{t}+{n}")
     }
@@ -291,10 +296,16 @@ fn touches(c: &Chosen, start: usize, end: usize) -> bool {
 /// The value at bytes `[start, end)` by its chosen tokens (1 when none was chosen).
 pub fn value_p(chosen: &[Chosen], start: usize, end: usize, combine: Combine) -> f64 {
     let it = chosen.iter().filter(|c| touches(c, start, end));
+    combine_p(it.map(|c| (c.at, c.p)), start, combine)
+}
+
+/// Combines the probabilities `ps` (each with the byte offset where its token
+/// begins) of a value starting at `start`.
+fn combine_p(ps: impl Iterator<Item = (usize, f64)>, start: usize, combine: Combine) -> f64 {
     match combine {
-        Combine::Product => it.map(|c| c.p).product(),
-        Combine::Min => it.map(|c| c.p).fold(1.0, f64::min),
-        Combine::Start => it.filter(|c| c.at <= start).map(|c| c.p).product(),
+        Combine::Product => ps.map(|x| x.1).product(),
+        Combine::Min => ps.map(|x| x.1).fold(1.0, f64::min),
+        Combine::Start => ps.filter(|x| x.0 <= start).map(|x| x.1).product(),
     }
 }
 
@@ -309,8 +320,16 @@ pub fn confidence(text: &[u8], probs: &Probs, rule: Rule) -> Option<BTreeMap<Str
             1.0 - t.p
         } else {
             match probs.odds.iter().find(|o| o.at == leaf.start) {
-                Some(o) if rule.null == NullRule::Odds && o.null + o.value > 0.0 => {
-                    o.null / (o.null + o.value)
+                Some(o) if rule.null != NullRule::Path && o.null + o.value > 0.0 => {
+                    let odds = o.null / (o.null + o.value);
+                    let lead = (probs.chosen.iter())
+                        .filter(|c| {
+                            rule.null == NullRule::Chain
+                                && touches(c, leaf.start, leaf.end)
+                                && c.at + c.len <= leaf.start
+                        })
+                        .map(|c| (c.at, c.p));
+                    combine_p(lead.chain([(leaf.start, odds)]), leaf.start, rule.tokens)
                 }
                 _ => value_p(&probs.chosen, leaf.start, leaf.end, rule.tokens),
             }
@@ -409,6 +428,14 @@ mod tests {
         };
         let c = confidence(t, &probs, path).unwrap();
         assert!((c["/b"] - 0.6 * 0.7).abs() < 1e-12);
+        // The token before null, then the odds.
+        let chain = Rule {
+            tokens: Combine::Product,
+            null: NullRule::Chain,
+        };
+        let c = confidence(t, &probs, chain).unwrap();
+        assert!((c["/b"] - 0.6 * 0.7 / 0.8).abs() < 1e-12);
+        assert!((c["/a"] - 0.5 * 0.8 * 0.9).abs() < 1e-12);
         let min = Rule {
             tokens: Combine::Min,
             null: NullRule::Path,
