@@ -133,7 +133,17 @@ fn bench_report_renders_in_a_browser() {
             assert!(x.get(k).is_some(), "{mode} lacks {k}: {x}");
         }
         assert!(x["per_field_slots"]["/object_name"]["hit"].is_u64(), "{x}");
+        // Review by confidence: every leaf field is a value, and the calibration bins
+        // hold them all.
+        let r = &x["review"];
+        assert_eq!(r["values"], 32, "{mode}: {r}");
+        let binned: u64 = (r["calibration"].as_array().unwrap().iter())
+            .map(|b| b["values"].as_u64().unwrap())
+            .sum();
+        assert_eq!(binned, 32, "{mode}: {r}");
+        assert!(r["rules"]["product+odds"].is_array(), "{mode}: {r}");
     }
+    assert!(stdout.contains("least 10%"), "{stdout}");
     assert!(
         stdout.contains("all-null") && stdout.contains("slot F1"),
         "{stdout}"
@@ -148,7 +158,7 @@ fn bench_report_renders_in_a_browser() {
         return;
     };
     let profile = dir.join("chromium-profile");
-    // The DOM the browser built: six figures, each an <svg> with its caption.
+    // The DOM the browser built: seven figures, each an <svg> with its caption.
     let dom = browser(&bin, &profile)
         .arg("--dump-dom")
         .arg(format!("file://{}", html.display()))
@@ -160,12 +170,13 @@ fn bench_report_renders_in_a_browser() {
         "{}",
         String::from_utf8_lossy(&dom.stderr)
     );
-    assert_eq!(dom_text.matches("<svg").count(), 6, "{dom_text}");
+    assert_eq!(dom_text.matches("<svg").count(), 7, "{dom_text}");
     for caption in [
         "Validity and accuracy by mode",
         "Slot F1 and false fills by mode (all-null answer beside)",
         "Slot F1 and false fills per schema, by mode",
         "Per-field accuracy by mode",
+        "Calibration: confidence against accuracy, by mode",
         "Latency per record",
         "Tokens per record",
     ] {

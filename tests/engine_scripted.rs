@@ -678,6 +678,236 @@ fn null_bias_reaches_a_choice_made_inside_a_token() {
     assert_eq!(crossing_run(-3.0).0, STR_TEXT);
 }
 
+use formwork::engine::confidence::{self, Combine, NullRule, Rule};
+
+/// Logits of width `n`: the listed tokens get their logits, every other token -1e30
+/// (nothing, under a softmax).
+fn only(n: usize, set: &[(u32, f64)]) -> Vec<f32> {
+    let mut l = vec![-1e30f32; n];
+    for &(t, x) in set {
+        l[t as usize] = x as f32;
+    }
+    l
+}
+
+/// Decodes with the confidence recorded; the output text and each value's confidence
+/// under `rule`.
+fn confident_run(
+    schema: &Value,
+    mut m: ScriptedModel,
+    codec: &ByteCodec,
+    sampling: Sampling,
+    seed: u64,
+    grounding: Option<&str>,
+    rules: &[Rule],
+) -> (
+    String,
+    Vec<std::collections::BTreeMap<String, f64>>,
+    DecodeOutput,
+) {
+    let opts = DecodeOptions {
+        max_tokens: 64,
+        confidence: true,
+        grounding: grounding
+            .and_then(|doc| Grounding::new(schema, Some(GroundMode::Stated), doc))
+            .map(Arc::new),
+        ..Default::default()
+    };
+    let (text, out) = run_with(schema, &mut m, codec, sampling, seed, &opts);
+    let confs = rules
+        .iter()
+        .map(|&r| confidence::confidence(text.as_bytes(), &out.probs, r).unwrap())
+        .collect();
+    (text, confs, out)
+}
+
+const PATH: Rule = Rule {
+    tokens: Combine::Product,
+    null: NullRule::Path,
+};
+
+fn close(a: f64, b: f64) {
+    assert!((a - b).abs() < 1e-6, "{a} != {b}");
+}
+
+#[test]
+fn a_two_way_choice_has_its_softmax_share_and_forced_tokens_count_1() {
+    // {"k": one of "xa" or "yb"}: `{"k":"` is forced, then x (logit ln 3) or y (0);
+    // every refused token has a higher logit (50), which the mask must not count.
+    let schema = json!({"type": "object", "properties": {"k": {"enum": ["xa", "yb"]}},
+        "required": ["k"], "additionalProperties": false});
+    let model = || {
+        ScriptedModel::new(|_h: &[u32]| {
+            let mut l = vec![50.0f32; 257];
+            l[b'x' as usize] = 3f32.ln();
+            l[b'y' as usize] = 0.0;
+            l
+        })
+    };
+    let codec = ByteCodec::new();
+    let (text, c, out) = confident_run(
+        &schema,
+        model(),
+        &codec,
+        Sampling::Greedy,
+        0,
+        None,
+        &[Rule::DEFAULT],
+    );
+    assert_eq!(text, r#"{"k":"xa"}"#);
+    // One choice; the forced `{"k":"` and `a"}` are not choices.
+    assert_eq!(out.probs.chosen.len(), 1, "{:?}", out.probs.chosen);
+    assert_eq!((out.probs.chosen[0].at, out.probs.chosen[0].len), (6, 1));
+    close(c[0]["/k"], 0.75);
+    // Sampling at temperature 2: the share of softmax(logits / 2) over x and y.
+    let t2 = Sampling::Temperature {
+        temperature: 2.0,
+        top_p: None,
+    };
+    let sx = 3f64.sqrt() / (3f64.sqrt() + 1.0);
+    let mut seen = [false, false];
+    for seed in 0..40 {
+        let (text, c, _) = confident_run(
+            &schema,
+            model(),
+            &codec,
+            t2.clone(),
+            seed,
+            None,
+            &[Rule::DEFAULT],
+        );
+        let x = text.contains("xa");
+        seen[usize::from(x)] = true;
+        close(c[0]["/k"], if x { sx } else { 1.0 - sx });
+    }
+    assert_eq!(seen, [true, true], "both values were sampled");
+}
+
+/// A nullable string `a` (at most 3 characters) over bytes plus `"x` and `"y`. At
+/// `{"a":` the model gives `n`, `"`, `"x`, `"y` the weights `first` (as
+/// probabilities: logits are their logs); after `{"a":"x` it gives `"` and `y`
+/// the weights `close`.
+fn null_or_string(codec: &ByteCodec, first: [f64; 4], close: [f64; 2]) -> ScriptedModel {
+    let bytes = codec.bytes.clone();
+    let n = bytes.len();
+    let (qx, qy) = (codec.id("\"x"), codec.id("\"y"));
+    let mut m = ScriptedModel::new(move |h: &[u32]| {
+        let text = output_text(&bytes, h);
+        let w = |ts: &[u32], ws: &[f64]| -> Vec<f32> {
+            let set: Vec<(u32, f64)> = ts.iter().zip(ws).map(|(&t, &x)| (t, x.ln())).collect();
+            only(n, &set)
+        };
+        match text.as_str() {
+            r#"{"a":"# => w(&[b'n' as u32, b'"' as u32, qx, qy], &first),
+            r#"{"a":"x"# => w(&[b'"' as u32, b'y' as u32], &close),
+            _ => vec![0.0; n],
+        }
+    });
+    m.vocab = n;
+    m
+}
+
+fn nullable_a() -> Value {
+    json!({"type": "object", "properties": {"a": {"type": ["string", "null"], "maxLength": 3}},
+        "required": ["a"], "additionalProperties": false})
+}
+
+#[test]
+fn null_is_weighed_against_the_best_value_start() {
+    let codec = ByteCodec::with(&["\"x", "\"y"]);
+    // P(null) = 4/8, the best other start `"x` 2/8, then `"` 1/8 and `"y` 1/8.
+    let (text, c, out) = confident_run(
+        &nullable_a(),
+        null_or_string(&codec, [4.0, 1.0, 2.0, 1.0], [1.0, 1.0]),
+        &codec,
+        Sampling::Greedy,
+        0,
+        None,
+        &[Rule::DEFAULT, PATH],
+    );
+    assert_eq!(text, r#"{"a":null}"#);
+    assert_eq!(out.probs.odds.len(), 1);
+    close(out.probs.odds[0].null, 0.5);
+    close(out.probs.odds[0].value, 0.25);
+    close(c[0]["/a"], 0.5 / (0.5 + 0.25));
+    // As its own tokens: `n` (1/2), then `ull}` forced.
+    close(c[1]["/a"], 0.5);
+}
+
+#[test]
+fn a_value_is_the_product_of_its_chosen_tokens() {
+    let codec = ByteCodec::with(&["\"x", "\"y"]);
+    // `"x` 6/9, then the closing `"` 3/4 (against `y`); `}` forced.
+    let (text, c, _) = confident_run(
+        &nullable_a(),
+        null_or_string(&codec, [1.0, 1.0, 6.0, 1.0], [3.0, 1.0]),
+        &codec,
+        Sampling::Greedy,
+        0,
+        None,
+        &[Rule::DEFAULT],
+    );
+    assert_eq!(text, r#"{"a":"x"}"#);
+    close(c[0]["/a"], 6.0 / 9.0 * 0.75);
+    // Grounded against a document without "x": taken back, written null, and its
+    // confidence is 1 minus the probability of the value taken back.
+    let (text, c, _) = confident_run(
+        &nullable_a(),
+        null_or_string(&codec, [1.0, 1.0, 6.0, 1.0], [1.0, 1.0]),
+        &codec,
+        Sampling::Greedy,
+        0,
+        Some("nothing to see"),
+        &[Rule::DEFAULT],
+    );
+    assert_eq!(text, r#"{"a":null}"#);
+    close(c[0]["/a"], 1.0 - 6.0 / 9.0 * 0.5);
+}
+
+#[test]
+fn a_choice_inside_a_token_counts_for_the_value_after_it() {
+    // After `{"a` the model picks `":` (3/5) over `":"` (1/5) and `"` (1/5); then `n`
+    // (3/4) over `"` (1/4).
+    let codec = ByteCodec::with(&["\":", "\":\""]);
+    let bytes = codec.bytes.clone();
+    let n = bytes.len();
+    let (undecided, value) = (codec.id("\":"), codec.id("\":\""));
+    let mut m = ScriptedModel::new(move |h: &[u32]| match output_text(&bytes, h).as_str() {
+        r#"{"a"# => only(
+            n,
+            &[(undecided, 3f64.ln()), (value, 0.0), (b'"' as u32, 0.0)],
+        ),
+        r#"{"a":"# => only(n, &[(b'n' as u32, 3f64.ln()), (b'"' as u32, 0.0)]),
+        _ => vec![0.0; n],
+    });
+    m.vocab = n;
+    let (text, c, _) = confident_run(
+        &nullable_a(),
+        m,
+        &codec,
+        Sampling::Greedy,
+        0,
+        None,
+        &[
+            Rule {
+                null: NullRule::Odds,
+                ..Rule::DEFAULT
+            },
+            PATH,
+            Rule {
+                null: NullRule::Chain,
+                ..Rule::DEFAULT
+            },
+        ],
+    );
+    assert_eq!(text, r#"{"a":null}"#);
+    // The odds where null competed (null 3/4 against `"` 1/4); as a path, the token
+    // that ends where null starts counts too, and so it does in the chain.
+    close(c[0]["/a"], 0.75);
+    close(c[1]["/a"], 0.6 * 0.75);
+    close(c[2]["/a"], 0.6 * 0.75 / (0.75 + 0.25));
+}
+
 use formwork::engine::ground::{GroundMode, Grounding};
 
 fn grounded_run(

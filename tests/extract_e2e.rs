@@ -115,6 +115,89 @@ fn masked_vacation_request_is_valid() {
     }
 }
 
+/// The JSON Pointers of the scalars (and empty containers) of `v`.
+fn leaf_pointers(v: &Value, at: String, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, x) in m {
+                leaf_pointers(
+                    x,
+                    format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")),
+                    out,
+                );
+            }
+        }
+        Value::Array(a) if !a.is_empty() => {
+            for (i, x) in a.iter().enumerate() {
+                leaf_pointers(x, format!("{at}/{i}"), out);
+            }
+        }
+        _ => out.push(at),
+    }
+}
+
+#[test]
+fn every_value_has_a_confidence_and_review_reads_the_threshold() {
+    let Some(home) = home() else { return };
+    let run = |below: &str| {
+        extract_example(
+            &home,
+            "vacation.schema.json",
+            "vacation_request.txt",
+            &["--max-tokens", "96", "--review-below", below],
+        )
+        .1
+    };
+    let env = run("0.5");
+    assert_eq!(env["verdict"], "valid", "{env}");
+    let conf = env["confidence"].as_object().expect("a confidence object");
+    let mut leaves = Vec::new();
+    leaf_pointers(&env["value"], String::new(), &mut leaves);
+    let mut keys: Vec<String> = conf.keys().cloned().collect();
+    leaves.sort();
+    keys.sort();
+    assert_eq!(
+        keys, leaves,
+        "one confidence per leaf value, nulls included: {env}"
+    );
+    let low: Vec<&String> = conf
+        .iter()
+        .filter(|(_, c)| {
+            let c = c.as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&c), "{env}");
+            c < 0.5
+        })
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(env["needs_review"], !low.is_empty(), "{env}");
+    let reasons = env["review_reasons"].as_array().map_or(0, Vec::len);
+    assert_eq!(reasons, low.len(), "{env}");
+    // 0 reviews nothing; the answer is the same (greedy).
+    let none = run("0");
+    assert_eq!(none["needs_review"], false, "{none}");
+    assert_eq!(none["value"], env["value"]);
+    assert_eq!(none["confidence"], env["confidence"]);
+    // Not a probability: a usage error before any model is loaded.
+    let out = formwork(&home)
+        .args([
+            "extract",
+            "--review-below",
+            "2",
+            "--schema",
+            "x.json",
+            "--input",
+            "-",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a number from 0 to 1"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn free_mode_vacation_runs_its_retry_path() {
     let Some(home) = home() else { return };

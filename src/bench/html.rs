@@ -77,6 +77,88 @@ fn grouped_bars(title: &str, labels: &[String], series: &[(String, Vec<f64>)]) -
     s
 }
 
+/// A calibration plot: per series, each bin's mean confidence (x) against its
+/// accuracy (y), the diagonal beside; a point's area follows the bin's size.
+fn calibration(title: &str, series: &[(String, Vec<super::Bin>)]) -> String {
+    let (left, top, side) = (60.0, 30.0, 360.0);
+    let width = left + side + 200.0;
+    let height = top + side + 50.0;
+    let mut s = format!(
+        r#"<figure><figcaption>{}</figcaption><svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" aria-label="{}">"#,
+        esc(title),
+        esc(title)
+    );
+    let x = |v: f64| left + v.clamp(0.0, 1.0) * side;
+    let y = |v: f64| top + (1.0 - v.clamp(0.0, 1.0)) * side;
+    let _ = write!(
+        s,
+        r##"<rect x="{left}" y="{top}" width="{side}" height="{side}" fill="none" stroke="#444"/><line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#aaa" stroke-dasharray="4 3"/>"##,
+        x(0.0),
+        y(0.0),
+        x(1.0),
+        y(1.0)
+    );
+    for t in [0.0, 0.5, 1.0] {
+        let _ = write!(
+            s,
+            r#"<text x="{}" y="{}" font-size="10" text-anchor="middle">{t}</text><text x="{}" y="{}" font-size="10" text-anchor="end">{t}</text>"#,
+            x(t),
+            top + side + 14.0,
+            left - 4.0,
+            y(t) + 3.0
+        );
+    }
+    let _ = write!(
+        s,
+        r#"<text x="{}" y="{}" font-size="12" text-anchor="middle">confidence</text><text x="14" y="{}" font-size="12" transform="rotate(-90 14 {})" text-anchor="middle">accuracy</text>"#,
+        left + side / 2.0,
+        top + side + 32.0,
+        top + side / 2.0,
+        top + side / 2.0
+    );
+    let most = (series.iter())
+        .flat_map(|(_, b)| b.iter().map(|b| b.values))
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    for (si, (name, bins)) in series.iter().enumerate() {
+        let color = COLORS[si % COLORS.len()];
+        let pts: Vec<(f64, f64, usize)> = (bins.iter())
+            .filter(|b| b.values > 0)
+            .map(|b| (x(b.mean_confidence), y(b.accuracy), b.values))
+            .collect();
+        let path: Vec<String> = pts
+            .iter()
+            .map(|p| format!("{:.1},{:.1}", p.0, p.1))
+            .collect();
+        let _ = write!(
+            s,
+            r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="1.5"/>"#,
+            path.join(" ")
+        );
+        for (px, py, n) in pts {
+            let _ = write!(
+                s,
+                r#"<circle cx="{px:.1}" cy="{py:.1}" r="{:.1}" fill="{color}" fill-opacity="0.6"><title>{}: {n} values</title></circle>"#,
+                2.0 + 8.0 * (n as f64 / most).sqrt(),
+                esc(name)
+            );
+        }
+        let ly = top + 10.0 + si as f64 * 18.0;
+        let _ = write!(
+            s,
+            r#"<rect x="{}" y="{}" width="12" height="12" fill="{color}"/><text x="{}" y="{}" font-size="12">{}</text>"#,
+            left + side + 20.0,
+            ly,
+            left + side + 36.0,
+            ly + 10.0,
+            esc(name)
+        );
+    }
+    s.push_str("</svg></figure>");
+    s
+}
+
 /// Overlaid histograms of `values` per series.
 fn histogram(title: &str, unit: &str, series: &[(String, Vec<f64>)]) -> String {
     let all: Vec<f64> = series
@@ -298,6 +380,26 @@ pub fn render(r: &Report, markdown_table: &str) -> String {
     html.push_str(&grouped_bars(
         "Per-field accuracy by mode",
         &fields,
+        &series,
+    ));
+
+    // Calibration: confidence bins against the share of right values in them.
+    let series: Vec<(String, Vec<super::Bin>)> = mode_names
+        .iter()
+        .filter_map(|m| {
+            r.overall
+                .get(m)
+                .map(|x| (m.clone(), x.review.calibration.clone()))
+        })
+        .collect();
+    html.push_str(
+        "<p>Confidence is the model's probability of each value under the mask (forced \
+         tokens count 1; <code>null</code> weighed against the best value start). A \
+         calibrated confidence lies on the diagonal: values given 0.7 are right 70% of \
+         the time. Each point is a bin of values, its area the bin's size.</p>",
+    );
+    html.push_str(&calibration(
+        "Calibration: confidence against accuracy, by mode",
         &series,
     ));
 

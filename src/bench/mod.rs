@@ -28,6 +28,7 @@ use anyhow::Context;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::engine::confidence::{at_pointer, Rule};
 use crate::engine::{Engine, ExtractOptions, Extraction, Mode, Schema, VerdictKind};
 
 /// A benchmark mode: masked, free, or masked without jump-forward (to measure
@@ -235,6 +236,13 @@ pub struct RecordResult {
     /// model's margin for null (`scripts/null_bias_sweep.py` reads them).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub null_decisions: Vec<FieldDecision>,
+    /// Each gold leaf's confidence ([`crate::engine::confidence`]; a container's is its
+    /// least confident leaf). A record that is not schema-valid has 0 everywhere: it
+    /// is reviewed whatever its values.
+    pub confidence: BTreeMap<String, f64>,
+    /// The same under each rule of [`Rule::all`] (the first is `confidence`).
+    #[serde(skip)]
+    pub rule_confidence: Vec<BTreeMap<String, f64>>,
     pub ms: u64,
     pub decode_ms: f64,
     #[serde(skip)]
@@ -492,6 +500,30 @@ pub fn score(case: &Case, mode: BenchMode, ex: &Extraction, exact_strings: bool)
         .map(|v| spans_not_in_text(&case.schema, v, &case.text))
         .unwrap_or_default();
     let fields_correct = field_hits.values().filter(|h| **h).count();
+    let rule_confidence: Vec<BTreeMap<String, f64>> = Rule::all()
+        .into_iter()
+        .map(|rule| {
+            let map = if rule == Rule::DEFAULT {
+                Some(ex.confidence.clone())
+            } else {
+                ex.text
+                    .as_bytes()
+                    .get(ex.value_at..)
+                    .and_then(|t| crate::engine::confidence::confidence(t, &ex.probs, rule))
+            };
+            field_hits
+                .keys()
+                .map(|ptr| {
+                    let c = match (&value, &map) {
+                        (None, _) => 0.0,
+                        (Some(_), Some(m)) => at_pointer(m, ptr).unwrap_or(1.0),
+                        (Some(_), None) => 1.0,
+                    };
+                    (ptr.clone(), c)
+                })
+                .collect()
+        })
+        .collect();
     RecordResult {
         id: case.id.clone(),
         schema_name: case.schema_name.clone(),
@@ -534,6 +566,8 @@ pub fn score(case: &Case, mode: BenchMode, ex: &Extraction, exact_strings: bool)
                 })
             })
             .collect(),
+        confidence: rule_confidence[0].clone(),
+        rule_confidence,
         ms: ex.ms,
         decode_ms: ex.decode_ms,
         mask_ns: ex.mask_ns.clone(),
@@ -594,6 +628,135 @@ pub struct Summary {
     pub mask_us_p50: Option<f64>,
     pub mask_us_p99: Option<f64>,
     pub masks_computed: usize,
+    /// What a reviewer catches by checking the least confident values.
+    pub review: Review,
+}
+
+/// Review by confidence, over every gold leaf of the group's records: a value is
+/// wrong when it is not equal to the gold (a wrong value, a false fill or a miss).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Review {
+    pub values: usize,
+    pub wrong: usize,
+    /// The shares of the wrong values among the least confident 5%, 10% and 20% of the
+    /// values (ties at the cut taken in proportion: what a random order among them
+    /// gives on average).
+    pub caught_5: f64,
+    pub caught_10: f64,
+    pub caught_20: f64,
+    /// Values below each threshold: their share of all values, and of the wrong ones.
+    pub below: Vec<Below>,
+    /// Ten confidence bins, [0, 0.1) to [0.9, 1].
+    pub calibration: Vec<Bin>,
+    /// `caught_5`, `caught_10`, `caught_20` under each confidence rule, by name
+    /// ([`Rule::name`]; the report's figures are `product+odds`).
+    pub rules: BTreeMap<String, [f64; 3]>,
+}
+
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Below {
+    pub threshold: f64,
+    pub share_of_values: f64,
+    pub share_of_wrong: f64,
+}
+
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Bin {
+    pub lo: f64,
+    pub hi: f64,
+    pub values: usize,
+    pub mean_confidence: f64,
+    pub accuracy: f64,
+}
+
+/// The thresholds [`Review::below`] reports.
+pub const REVIEW_THRESHOLDS: [f64; 4] = [0.2, 0.5, 0.8, 0.9];
+
+/// The share of the wrong values among the least confident `frac` of `items`
+/// (confidence, right), ties at the cut taken in proportion.
+pub fn caught(items: &[(f64, bool)], frac: f64) -> f64 {
+    let wrong = items.iter().filter(|x| !x.1).count();
+    if wrong == 0 {
+        return f64::NAN;
+    }
+    let mut sorted: Vec<(f64, bool)> = items.to_vec();
+    sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut budget = (frac * items.len() as f64).round();
+    let mut got = 0.0;
+    let mut i = 0;
+    while i < sorted.len() && budget > 0.0 {
+        let j = i + sorted[i..]
+            .iter()
+            .take_while(|x| x.0 == sorted[i].0)
+            .count();
+        let n = (j - i) as f64;
+        let w = sorted[i..j].iter().filter(|x| !x.1).count() as f64;
+        let take = budget.min(n);
+        got += w * take / n;
+        budget -= take;
+        i = j;
+    }
+    got / wrong as f64
+}
+
+/// [`Review`] of the records `rs`.
+pub fn review(rs: &[&RecordResult]) -> Review {
+    let items_of = |k: usize| -> Vec<(f64, bool)> {
+        rs.iter()
+            .flat_map(|r| {
+                let conf = r.rule_confidence.get(k).unwrap_or(&r.confidence);
+                r.field_hits
+                    .iter()
+                    .map(move |(f, &hit)| (conf.get(f).copied().unwrap_or(1.0), hit))
+            })
+            .collect()
+    };
+    let items = items_of(0);
+    let wrong = items.iter().filter(|x| !x.1).count();
+    let below = REVIEW_THRESHOLDS
+        .iter()
+        .map(|&t| Below {
+            threshold: t,
+            share_of_values: ratio(items.iter().filter(|x| x.0 < t).count(), items.len()),
+            share_of_wrong: ratio(items.iter().filter(|x| x.0 < t && !x.1).count(), wrong),
+        })
+        .collect();
+    let calibration = (0..10)
+        .map(|b| {
+            let (lo, hi) = (b as f64 / 10.0, (b + 1) as f64 / 10.0);
+            let inb: Vec<&(f64, bool)> = (items.iter())
+                .filter(|x| x.0 >= lo && (x.0 < hi || b == 9))
+                .collect();
+            Bin {
+                lo,
+                hi,
+                values: inb.len(),
+                mean_confidence: inb.iter().map(|x| x.0).sum::<f64>() / inb.len().max(1) as f64,
+                accuracy: ratio(inb.iter().filter(|x| x.1).count(), inb.len()),
+            }
+        })
+        .collect();
+    let rules = Rule::all()
+        .into_iter()
+        .enumerate()
+        .map(|(k, rule)| {
+            let it = items_of(k);
+            (
+                rule.name(),
+                [caught(&it, 0.05), caught(&it, 0.10), caught(&it, 0.20)],
+            )
+        })
+        .collect();
+    Review {
+        values: items.len(),
+        wrong,
+        caught_5: caught(&items, 0.05),
+        caught_10: caught(&items, 0.10),
+        caught_20: caught(&items, 0.20),
+        below,
+        calibration,
+        rules,
+    }
 }
 
 /// Counts of each [`SlotOutcome`].
@@ -752,6 +915,7 @@ pub fn summarize(rs: &[&RecordResult]) -> Summary {
         mask_us_p50: (!masks.is_empty()).then(|| percentile(&masks, 0.5)),
         mask_us_p99: (!masks.is_empty()).then(|| percentile(&masks, 0.99)),
         masks_computed: masks.len(),
+        review: review(rs),
     }
 }
 
@@ -1077,6 +1241,39 @@ pub fn markdown(r: &Report) -> String {
             opt(x.mask_us_p99, 1),
         ));
     }
+    s.push_str("\nReview by confidence: of the wrong values (wrong, false fill or miss), the share among the least confident 5%, 10% and 20% of all values; the values below 0.5 (the default `--review-below`) and the wrong ones among them.\n\n| mode | values | wrong | least 5% | least 10% | least 20% | below 0.5: values / wrong |\n|---|---|---|---|---|---|---|\n");
+    for (mode, x) in &r.overall {
+        let v = &x.review;
+        let half = v.below.iter().find(|b| b.threshold == 0.5);
+        s.push_str(&format!(
+            "| {mode} | {} | {} | {} | {} | {} | {} / {} |\n",
+            v.values,
+            v.wrong,
+            pct(v.caught_5),
+            pct(v.caught_10),
+            pct(v.caught_20),
+            pct(half.map_or(f64::NAN, |b| b.share_of_values)),
+            pct(half.map_or(f64::NAN, |b| b.share_of_wrong)),
+        ));
+    }
+    s.push_str("\nThe same (least 5% / 10% / 20%) under other confidence rules: the product, the minimum or the start's tokens, and `null` against the best value start (odds) or as its own tokens (path).\n\n| mode |");
+    let rule_names: Vec<String> = Rule::all().into_iter().map(Rule::name).collect();
+    for n in &rule_names {
+        s.push_str(&format!(" {n} |"));
+    }
+    s.push_str("\n|---|");
+    s.push_str(&"---|".repeat(rule_names.len()));
+    s.push('\n');
+    for (mode, x) in &r.overall {
+        s.push_str(&format!("| {mode} |"));
+        for n in &rule_names {
+            match x.review.rules.get(n) {
+                Some(c) => s.push_str(&format!(" {} / {} / {} |", pct(c[0]), pct(c[1]), pct(c[2]))),
+                None => s.push_str(" – |"),
+            }
+        }
+        s.push('\n');
+    }
     s.push_str("\nTokenisation and lookahead: forced spans fed by jump-forward, those not tokenised as the tokenizer encodes the output text, records whose tokens differ from that encoding anywhere; null lookaheads, won by null, their forward passes; grounded strings the text does not state, written null.\n\n| mode | forced spans | non-canonical spans | non-canonical records | lookaheads | null wins | lookahead passes | grounded -> null |\n|---|---|---|---|---|---|---|---|\n");
     for (mode, x) in &r.overall {
         if mode == "free" {
@@ -1184,6 +1381,22 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn review_catches_wrong_values_from_the_least_confident_up_ties_in_proportion() {
+        let items = [
+            (0.1, false),
+            (0.5, false),
+            (0.5, true),
+            (0.9, true),
+            (0.9, false),
+        ];
+        assert_eq!(caught(&items, 0.2), 1.0 / 3.0);
+        // One of the two values at 0.5, of which one is wrong: half a wrong value.
+        assert_eq!(caught(&items, 0.4), 1.5 / 3.0);
+        assert_eq!(caught(&items, 1.0), 1.0);
+        assert!(caught(&[(0.3, true)], 0.5).is_nan());
+    }
+
+    #[test]
     fn strings_fold_case_unless_exact() {
         assert!(field_equal(&json!(" Paris "), &json!("paris"), false));
         assert!(!field_equal(&json!(" Paris "), &json!("paris"), true));
@@ -1264,6 +1477,9 @@ mod tests {
             tokens: Vec::new(),
             forced_ranges: Vec::new(),
             null_decisions: Vec::new(),
+            confidence: BTreeMap::new(),
+            probs: Default::default(),
+            value_at: 0,
         };
         score(&case, BenchMode::Masked, &ex, false)
     }

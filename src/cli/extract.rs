@@ -60,6 +60,12 @@ pub struct ExtractArgs {
     /// Mark a record for review when this JSON Pointer holds a non-empty value (repeatable).
     #[arg(long = "review-field")]
     pub review_fields: Vec<String>,
+    /// Mark a record for review when one of its values has a confidence below P (the
+    /// envelope's `confidence`: the model's probability of the value under the mask;
+    /// 0 turns it off).
+    #[arg(long, value_name = "P", default_value_t = crate::engine::DEFAULT_REVIEW_BELOW,
+          value_parser = super::parse_probability)]
+    pub review_below: f64,
     /// Write one JSON line per record (ids, verdicts, timings, token counts).
     #[arg(long)]
     pub log: Option<PathBuf>,
@@ -222,6 +228,7 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
         null_bias: a.null_bias,
         grounded: a.grounded.0,
         review_fields: a.review_fields.clone(),
+        review_below: a.review_below,
         prompt: a.prompt.into(),
         examples: Vec::new(),
     };

@@ -25,6 +25,14 @@ pub fn parse_nats(s: &str) -> Result<f32, String> {
     }
 }
 
+/// `--review-below`: a probability, from 0 to 1.
+pub fn parse_probability(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
+        _ => Err(format!("{s:?} is not a number from 0 to 1")),
+    }
+}
+
 /// clap's view of an engine enum, so that only this module knows clap: a `ValueEnum`
 /// with the same variants (their doc comments are the `--help` text) and `From` into
 /// the engine's type.

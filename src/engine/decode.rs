@@ -32,6 +32,7 @@ use formwork_models::runtime::LanguageModel;
 
 use crate::sampling::Sampler;
 
+use super::confidence::{self, Chosen, NullOdds, Probs};
 use super::ground::{self, Grounding};
 
 /// What the loop needs from a tokenizer.
@@ -120,6 +121,10 @@ pub struct DecodeOptions {
     /// Tool turns: where the model's own best token is refused and begins like a
     /// call, the call's opener is picked (see [`Redirect`]).
     pub redirect: Option<std::sync::Arc<Redirect>>,
+    /// Record each chosen token's probability under the mask, and the odds of `null`
+    /// where it competes ([`DecodeOutput::probs`], read by [`super::confidence`]).
+    /// Greedy decoding then computes the full mask at every step it picks a token.
+    pub confidence: bool,
 }
 
 /// A model that means to call a tool but starts it its own way (a bare `{"name"`, a
@@ -187,6 +192,7 @@ impl Default for DecodeOptions {
             watch: None,
             grounding: None,
             redirect: None,
+            confidence: false,
         }
     }
 }
@@ -249,6 +255,9 @@ pub struct DecodeOutput {
     pub stats: DecodeStats,
     /// Token ranges `[start, end)` of `tokens` fed by jump-forward, one per forced span.
     pub forced_ranges: Vec<(usize, usize)>,
+    /// With [`DecodeOptions::confidence`]: the chosen tokens' probabilities, at byte
+    /// offsets of `bytes`.
+    pub probs: Probs,
 }
 
 impl DecodeOutput {
@@ -260,6 +269,19 @@ impl DecodeOutput {
             steered: false,
             stats: DecodeStats::default(),
             forced_ranges: Vec::new(),
+            probs: Probs::default(),
+        }
+    }
+
+    /// Records the model's choice of `tok`, about to be written at the end of the
+    /// output, with its probability `p` under the mask.
+    fn chose(&mut self, codec: &dyn Codec, opts: &DecodeOptions, tok: u32, p: f64) {
+        if opts.confidence {
+            self.probs.chosen.push(Chosen {
+                at: self.bytes.len(),
+                len: codec.token_bytes().get(tok as usize).map_or(0, Vec::len),
+                p,
+            });
         }
     }
 
@@ -298,6 +320,15 @@ impl DecodeOutput {
     /// Appends a lookahead branch that won.
     fn append(&mut self, b: DecodeOutput) {
         let base = self.tokens.len();
+        let at = self.bytes.len();
+        (self.probs.chosen).extend(b.probs.chosen.iter().map(|c| Chosen {
+            at: c.at + at,
+            ..*c
+        }));
+        (self.probs.odds).extend(b.probs.odds.iter().map(|o| NullOdds {
+            at: o.at + at,
+            ..*o
+        }));
         self.tokens.extend_from_slice(&b.tokens);
         self.bytes.extend_from_slice(&b.bytes);
         self.steered |= b.steered;
@@ -406,23 +437,103 @@ fn heal(
     Some(g[..n].to_vec())
 }
 
-/// The next token under the mask: greedy checks the argmax first and computes the
-/// full mask only when the argmax is refused; temperature sampling always masks.
+/// The temperature the sampler divides the logits by (greedy: 1).
+fn temperature(sampler: &Sampler) -> f64 {
+    match sampler.sampling() {
+        crate::sampling::Sampling::Temperature { temperature, .. } => *temperature,
+        crate::sampling::Sampling::Greedy => 1.0,
+    }
+}
+
+/// The probability of `tok` under the softmax of `logits / temp` over the tokens
+/// `mask` allows (0 when it is not among them).
+fn masked_p(logits: &[f32], mask: &TokenSet, tok: u32, temp: f64) -> f64 {
+    allowed_p(logits, |t| mask.contains(t), tok, temp)
+}
+
+/// [`masked_p`] over the tokens `allowed` takes.
+fn allowed_p(logits: &[f32], allowed: impl Fn(u32) -> bool, tok: u32, temp: f64) -> f64 {
+    let ok = |t: usize, x: f32| allowed(t as u32) && x.is_finite();
+    let mx = (logits.iter().enumerate())
+        .filter(|&(t, &x)| ok(t, x))
+        .map(|(_, &x)| x as f64 / temp)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let sum: f64 = (logits.iter().enumerate())
+        .filter(|&(t, &x)| ok(t, x))
+        .map(|(_, &x)| (x as f64 / temp - mx).exp())
+        .sum();
+    match logits.get(tok as usize) {
+        Some(&x) if ok(tok as usize, x) && sum > 0.0 => (x as f64 / temp - mx).exp() / sum,
+        _ => 0.0,
+    }
+}
+
+/// Samples under `mask` (already computed) and, when `prob`, the token's probability
+/// under it ([`masked_p`]; NaN otherwise).
+fn sample_p(
+    sampler: &mut Sampler,
+    logits: &[f32],
+    mask: &TokenSet,
+    prob: bool,
+) -> Option<(u32, f64)> {
+    let t = sampler.sample(logits, |t| mask.contains(t))?;
+    let p = if prob {
+        masked_p(logits, mask, t, temperature(sampler))
+    } else {
+        f64::NAN
+    };
+    Some((t, p))
+}
+
+/// The next token under the mask, and with `prob` its probability under the mask.
+/// Greedy checks the argmax first and computes the full mask only when the argmax is
+/// refused (or `prob` needs it); temperature sampling always masks.
 fn pick(
     matcher: &mut Matcher,
     sampler: &mut Sampler,
     logits: &[f32],
     mask: &mut TokenSet,
     stats: &mut DecodeStats,
-) -> Option<u32> {
-    if sampler.sampling().is_greedy() {
+    prob: bool,
+) -> Option<(u32, f64)> {
+    if sampler.sampling().is_greedy() && !prob {
         match crate::sampling::argmax(logits, |_| true) {
-            Some(t) if matcher.is_allowed(t) => return Some(t),
+            Some(t) if matcher.is_allowed(t) => return Some((t, f64::NAN)),
             _ => {}
         }
     }
     full_mask(matcher, mask, stats);
-    sampler.sample(logits, |t| mask.contains(t))
+    sample_p(sampler, logits, mask, prob)
+}
+
+/// Where `null` competes: the probability under the mask (at `temp`) of the tokens
+/// that start `null`, and of the best allowed token that does not.
+fn null_odds(logits: &[f32], mask: &TokenSet, codec: &dyn Codec, temp: f64) -> (f64, f64) {
+    let vocab = codec.token_bytes();
+    let eos = codec.eos_ids();
+    let ok = |t: usize, x: f32| mask.contains(t as u32) && x.is_finite();
+    let mx = (logits.iter().enumerate())
+        .filter(|&(t, &x)| ok(t, x))
+        .map(|(_, &x)| x as f64 / temp)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let (mut sum, mut null, mut best) = (0.0, 0.0, 0.0f64);
+    for (t, &x) in logits.iter().enumerate() {
+        if !ok(t, x) {
+            continue;
+        }
+        let e = (x as f64 / temp - mx).exp();
+        sum += e;
+        if starts_null(vocab, t as u32) {
+            null += e;
+        } else if !eos.contains(&(t as u32)) {
+            best = best.max(e);
+        }
+    }
+    if sum > 0.0 {
+        (null / sum, best / sum)
+    } else {
+        (0.0, 0.0)
+    }
 }
 
 /// [`pick`] where `null` competes with a value: records the [`NullDecision`], and
@@ -435,8 +546,9 @@ fn pick_null_or_value(
     logits: &[f32],
     mask: &mut TokenSet,
     null_bias: f32,
+    opts: &DecodeOptions,
     out: &mut DecodeOutput,
-) -> Option<u32> {
+) -> Option<(u32, f64)> {
     full_mask(matcher, mask, &mut out.stats);
     let vocab = codec.token_bytes();
     let eos = codec.eos_ids();
@@ -446,23 +558,34 @@ fn pick_null_or_value(
     let best_value = crate::sampling::argmax(logits, |t| allowed(t) && !starts_n(t));
     let gap = match (best_null, best_value) {
         (Some(n), Some(v)) => logits[n as usize] - logits[v as usize],
-        _ => return sampler.sample(logits, |t| mask.contains(t)),
+        _ => return sample_p(sampler, logits, mask, opts.confidence),
     };
-    let tok = if null_bias == 0.0 {
-        sampler.sample(logits, |t| mask.contains(t))
+    let biased;
+    let seen = if null_bias == 0.0 {
+        logits
     } else {
-        let mut biased = logits.to_vec();
-        for (t, x) in biased.iter_mut().enumerate() {
+        let mut b = logits.to_vec();
+        for (t, x) in b.iter_mut().enumerate() {
             if starts_n(t as u32) {
                 *x += null_bias;
             }
         }
-        sampler.sample(&biased, |t| mask.contains(t))
+        biased = b;
+        &biased
     };
+    let tok = sample_p(sampler, seen, mask, opts.confidence);
+    if opts.confidence {
+        let (null, value) = null_odds(seen, mask, codec, temperature(sampler));
+        out.probs.odds.push(NullOdds {
+            at: out.bytes.len(),
+            null,
+            value,
+        });
+    }
     out.stats.null_decisions.push(NullDecision {
         at: out.bytes.len(),
         gap,
-        null: tok.is_some_and(starts_n),
+        null: tok.is_some_and(|(t, _)| starts_n(t)),
     });
     tok
 }
@@ -560,7 +683,7 @@ fn pick_across_null(
     opts: &DecodeOptions,
     out: &mut DecodeOutput,
     candidates: &[u32],
-) -> formwork_models::Result<Option<u32>> {
+) -> formwork_models::Result<Option<(u32, f64)>> {
     full_mask(matcher, mask, &mut out.stats);
     let vocab = codec.token_bytes();
     let classes = crossing_tokens(matcher, vocab, mask, candidates);
@@ -577,7 +700,7 @@ fn pick_across_null(
         best(Crossing::Undecided),
     );
     if bv.is_none() && bn.is_none() {
-        return Ok(sampler.sample(logits, |t| mask.contains(t)));
+        return Ok(sample_p(sampler, logits, mask, opts.confidence));
     }
     let b = opts.null_bias;
     let rival = bv
@@ -630,8 +753,8 @@ fn pick_across_null(
             Crossing::Value => {}
         }
     }
-    let tok = sampler.sample(&biased, |t| mask.contains(t));
-    if let Some(&(_, c, j)) = tok.and_then(|t| classes.iter().find(|x| x.0 == t)) {
+    let tok = sample_p(sampler, &biased, mask, opts.confidence);
+    if let Some(&(_, c, j)) = tok.and_then(|(t, _)| classes.iter().find(|x| x.0 == t)) {
         if c != Crossing::Undecided {
             // Null's best way against the value's best way, before the bias.
             let (pn, pv) = p_null.map_or((0.0, f64::NEG_INFINITY), |p| (p.ln(), (1.0 - p).ln()));
@@ -760,6 +883,20 @@ impl Grounder<'_> {
             }
             *model = cp.model;
             *matcher = m;
+            let p = confidence::value_p(
+                &out.probs.chosen,
+                s.start,
+                s.end,
+                confidence::Combine::Product,
+            );
+            let probs = &mut out.probs;
+            probs.taken_back.push(Chosen {
+                at: s.start,
+                len: s.end - s.start,
+                p,
+            });
+            probs.chosen.retain(|c| c.at < cp.bytes);
+            probs.odds.retain(|o| o.at < cp.bytes);
             out.tokens.truncate(cp.tokens);
             out.bytes.truncate(cp.bytes);
             out.forced_ranges.truncate(cp.ranges);
@@ -920,15 +1057,23 @@ pub fn decode_masked(
                 redirected = call.then_some(r.to);
             }
         }
-        let picked = if redirected.is_some() {
-            redirected
+        let picked = if let Some(to) = redirected {
+            let p = if opts.confidence {
+                full_mask(matcher, &mut mask, &mut out.stats);
+                masked_p(&logits, &mask, to, temperature(sampler))
+            } else {
+                f64::NAN
+            };
+            Some((to, p))
         } else if matcher.null_competes() {
             let bias = if refuse_null {
                 f32::NEG_INFINITY
             } else {
                 opts.null_bias
             };
-            pick_null_or_value(matcher, codec, sampler, &logits, &mut mask, bias, &mut out)
+            pick_null_or_value(
+                matcher, codec, sampler, &logits, &mut mask, bias, opts, &mut out,
+            )
         } else if opts.null_bias != 0.0 {
             let c = crossers.get_or_insert_with(|| crossing_candidates(codec));
             pick_across_null(
@@ -944,9 +1089,16 @@ pub fn decode_masked(
                 c,
             )?
         } else {
-            pick(matcher, sampler, &logits, &mut mask, &mut out.stats)
+            pick(
+                matcher,
+                sampler,
+                &logits,
+                &mut mask,
+                &mut out.stats,
+                opts.confidence,
+            )
         };
-        let Some(tok) = picked else {
+        let Some((tok, p)) = picked else {
             // No token allowed: the matcher is accepting with nothing allowed
             // after it, or the vocabulary cannot spell what the schema needs.
             out.stop = if matcher.is_accepting() {
@@ -961,6 +1113,7 @@ pub fn decode_masked(
             out.stop = Stop::Eos;
             break;
         }
+        out.chose(codec, opts, tok, p);
         commit_sampled(matcher, tok)?;
         if matcher.is_finished() {
             out.push(codec, &[tok], true, false);
@@ -1102,7 +1255,7 @@ fn null_lookahead(
     let greedy_null = crate::sampling::argmax(logits, allowed) == Some(nf);
     let mut branches = Vec::with_capacity(2);
     for first in [nf, vf] {
-        let b = run_branch(
+        let mut b = run_branch(
             model.snapshot(),
             matcher.clone(),
             codec,
@@ -1112,7 +1265,12 @@ fn null_lookahead(
             opts,
             used,
             &ends,
+            masked_p(logits, mask, first, 1.0),
         )?;
+        if opts.confidence {
+            let (null, value) = null_odds(logits, mask, codec, 1.0);
+            b.out.probs.odds.insert(0, NullOdds { at: 0, null, value });
+        }
         stats.forward_passes += b.passes;
         stats.lookahead_forward_passes += b.passes;
         stats.mask_ns.extend_from_slice(&b.out.stats.mask_ns);
@@ -1147,6 +1305,7 @@ fn run_branch(
     opts: &DecodeOptions,
     used: usize,
     ends: &[u32],
+    first_p: f64,
 ) -> formwork_models::Result<Branch> {
     let mut walker = matcher.clone();
     let mut walked = 0;
@@ -1154,6 +1313,7 @@ fn run_branch(
     commit_sampled(&mut matcher, first)?;
     let mut pending = Some(first);
     let mut out = DecodeOutput::empty();
+    out.chose(codec, opts, first, first_p);
     let mut mask = TokenSet::new(codec.token_bytes().len().max(logits.len()));
     let mut greedy = Sampler::new(crate::sampling::Sampling::Greedy, 0);
     let (mut logprob, mut scored, mut passes) = (0.0, 0, 0);
@@ -1198,18 +1358,20 @@ fn run_branch(
         }
         matcher.set_budget(cap);
         out.steered |= matcher.is_steering();
-        let Some(tok) = pick(
+        let Some((tok, p)) = pick(
             &mut matcher,
             &mut greedy,
             &logits,
             &mut mask,
             &mut out.stats,
+            opts.confidence,
         ) else {
             break;
         };
         if codec.eos_ids().contains(&tok) {
             break;
         }
+        out.chose(codec, opts, tok, p);
         commit_sampled(&mut matcher, tok)?;
         pending = Some(tok);
     }
@@ -1285,7 +1447,13 @@ pub fn decode_free(
                 out.tokens.push(tok);
                 out.stats.tokens_generated += 1;
             }
-            _ => out.push(codec, &[tok], true, false),
+            _ => {
+                if opts.confidence {
+                    let p = allowed_p(&logits, |_| true, tok, temperature(sampler));
+                    out.chose(codec, opts, tok, p);
+                }
+                out.push(codec, &[tok], true, false)
+            }
         }
         if matches!(until, Until::FirstValue) && first.feed(&out.bytes) {
             out.stop = Stop::Finished;

@@ -14,6 +14,7 @@
 //! with the exact errors quoted, up to `retries` times.
 
 pub mod chat;
+pub mod confidence;
 pub mod dates;
 pub mod decode;
 pub mod ground;
@@ -23,6 +24,7 @@ pub mod source;
 pub mod tools;
 pub mod workers;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -163,6 +165,9 @@ pub struct ExtractOptions {
     pub grounded: Option<ground::GroundMode>,
     /// JSON Pointers whose non-empty value marks a record for review.
     pub review_fields: Vec<String>,
+    /// A value whose confidence ([`confidence`]) is below this marks the record for
+    /// review (0: never).
+    pub review_below: f64,
     /// How the schema is shown to the model (the mask enforces the JSON Schema either way).
     pub prompt: prompt::PromptStyle,
     /// Worked examples, rendered as prior user/assistant turns before the document.
@@ -185,11 +190,15 @@ impl Default for ExtractOptions {
             null_bias: 0.0,
             grounded: None,
             review_fields: Vec::new(),
+            review_below: DEFAULT_REVIEW_BELOW,
             prompt: prompt::PromptStyle::default(),
             examples: Vec::new(),
         }
     }
 }
+
+/// The default of [`ExtractOptions::review_below`] (`--review-below`).
+pub const DEFAULT_REVIEW_BELOW: f64 = 0.5;
 
 /// The result envelope of one extraction (what `--json` prints).
 #[derive(Clone, Debug, Serialize)]
@@ -224,6 +233,10 @@ pub struct Extraction {
     pub schema_sha256: String,
     pub model: String,
     pub mode: Mode,
+    /// Each leaf value's confidence in [0, 1] by JSON Pointer, nulls included
+    /// ([`confidence`]; rounded to 4 decimals). Empty when there is no value.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub confidence: BTreeMap<String, f64>,
     pub needs_review: bool,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub review_reasons: Vec<String>,
@@ -245,6 +258,13 @@ pub struct Extraction {
     /// offsets of `text`.
     #[serde(skip)]
     pub null_decisions: Vec<decode::NullDecision>,
+    /// The last attempt's token probabilities, at byte offsets of the value's text,
+    /// which starts at byte `value_at` of `text` (for `formwork bench`'s comparison
+    /// of confidence rules).
+    #[serde(skip)]
+    pub probs: confidence::Probs,
+    #[serde(skip)]
+    pub value_at: usize,
 }
 
 use prefix::{Cached as PrefixCache, PrefixStore};
@@ -351,6 +371,7 @@ impl Engine {
             schema_sha256: schema.sha256.clone(),
             model: self.loaded.name.clone(),
             mode: opts.mode,
+            confidence: BTreeMap::new(),
             needs_review: false,
             review_reasons: Vec::new(),
             cut_short: false,
@@ -360,6 +381,8 @@ impl Engine {
             tokens: Vec::new(),
             forced_ranges: Vec::new(),
             null_decisions: Vec::new(),
+            probs: confidence::Probs::default(),
+            value_at: 0,
         };
         let result = match opts.mode {
             Mode::Masked => self.extract_masked(schema, document, opts, &mut ex),
@@ -371,7 +394,8 @@ impl Engine {
             ex.value = None;
         }
         if let Some(v) = &ex.value {
-            ex.review_reasons = review_reasons(v, &opts.review_fields);
+            ex.review_reasons =
+                review_reasons(v, &ex.confidence, opts.review_below, &opts.review_fields);
             ex.needs_review = !ex.review_reasons.is_empty();
         }
         ex.ms = started.elapsed().as_millis() as u64;
@@ -465,6 +489,7 @@ impl Engine {
             null_lookahead: opts.null_lookahead,
             null_bias: opts.null_bias,
             deadline: opts.timeout.map(|t| started + t),
+            confidence: true,
             ..DecodeOptions::default()
         }
     }
@@ -612,6 +637,9 @@ impl Engine {
         ex.errors.clear();
         ex.message = None;
         ex.value = None;
+        ex.confidence.clear();
+        ex.probs = confidence::Probs::default();
+        ex.value_at = 0;
         if !complete || out.stop == Stop::Timeout {
             ex.verdict = VerdictKind::Incomplete;
             ex.message = Some(match out.stop {
@@ -641,6 +669,19 @@ impl Engine {
         } else {
             ex.text.clone()
         };
+        if matches!(
+            schema.validator.check(&candidate),
+            Verdict::Valid(_) | Verdict::SemanticInvalid(_)
+        ) {
+            ex.value_at = ex.text.find(&candidate).unwrap_or(0);
+            ex.probs = out.probs.shifted(ex.value_at);
+            ex.confidence =
+                confidence::confidence(candidate.as_bytes(), &ex.probs, confidence::Rule::DEFAULT)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, c)| (k, (c * 1e4).round() / 1e4))
+                    .collect();
+        }
         match schema.validator.check(&candidate) {
             Verdict::Valid(v) => {
                 ex.verdict = VerdictKind::Valid;
@@ -697,41 +738,36 @@ fn ground_free(
     if let Verdict::Valid(v) = schema.validator.check(&nulled.to_string()) {
         ex.value = Some(v);
         ex.grounded_nulls += changed.len();
+        // As in masked decoding: 1 minus the probability of the value taken back.
+        for p in &changed {
+            if let Some(c) = ex.confidence.get_mut(p) {
+                *c = ((1.0 - *c) * 1e4).round() / 1e4;
+            }
+        }
     }
 }
 
-/// Why a valid value needs a human: every null in it (a valid value can only hold
-/// null where the schema makes the field nullable), and every named field that
-/// is present and non-empty.
-pub fn review_reasons(value: &Value, review_fields: &[String]) -> Vec<String> {
-    let mut out = Vec::new();
-    fn walk(v: &Value, path: &mut String, out: &mut Vec<String>) {
-        match v {
-            Value::Null => out.push(format!(
-                "{} is null",
-                if path.is_empty() { "/" } else { path }
-            )),
-            Value::Object(m) => {
-                for (k, x) in m {
-                    let len = path.len();
-                    path.push('/');
-                    path.push_str(&k.replace('~', "~0").replace('/', "~1"));
-                    walk(x, path, out);
-                    path.truncate(len);
-                }
-            }
-            Value::Array(a) => {
-                for (i, x) in a.iter().enumerate() {
-                    let len = path.len();
-                    path.push_str(&format!("/{i}"));
-                    walk(x, path, out);
-                    path.truncate(len);
-                }
-            }
-            _ => {}
-        }
-    }
-    walk(value, &mut String::new(), &mut out);
+/// Why a valid value needs a human: every value whose confidence is below `below`
+/// (least confident first), and every named field that is present and non-empty.
+pub fn review_reasons(
+    value: &Value,
+    confidence: &BTreeMap<String, f64>,
+    below: f64,
+    review_fields: &[String],
+) -> Vec<String> {
+    let mut low: Vec<(&String, f64)> = (confidence.iter())
+        .filter(|(_, &c)| c < below)
+        .map(|(k, &c)| (k, c))
+        .collect();
+    low.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(b.0)));
+    let mut out: Vec<String> = (low.into_iter())
+        .map(|(k, c)| {
+            format!(
+                "{} has confidence {c:.2}, below {below}",
+                if k.is_empty() { "/" } else { k }
+            )
+        })
+        .collect();
     for f in review_fields {
         let non_empty = match value.pointer(f) {
             None | Some(Value::Null) => false,
@@ -746,4 +782,28 @@ pub fn review_reasons(value: &Value, review_fields: &[String]) -> Vec<String> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn review_names_the_values_below_the_threshold_least_confident_first() {
+        let value = serde_json::json!({"a": null, "b": "x", "c": 3, "flag": ["y"]});
+        let conf: BTreeMap<String, f64> = [("/a", 0.9), ("/b", 0.3), ("/c", 0.1), ("/flag/0", 0.7)]
+            .into_iter()
+            .map(|(k, c)| (k.to_string(), c))
+            .collect();
+        assert_eq!(
+            review_reasons(&value, &conf, 0.5, &["/flag".to_string()]),
+            vec![
+                "/c has confidence 0.10, below 0.5",
+                "/b has confidence 0.30, below 0.5",
+                "/flag is not empty",
+            ]
+        );
+        // A sure null is not a reason; a threshold of 0 flags nothing.
+        assert!(review_reasons(&value, &conf, 0.0, &[]).is_empty());
+    }
 }
