@@ -25,7 +25,7 @@ use sha2::{Digest, Sha256};
 use crate::{ModelError, Result};
 
 /// The registry name used when `--model` is not given.
-/// Chosen by measurement (README, "Extraction quality on SNIPS"): the registry model with
+/// Chosen by measurement (docs/extraction.md): the registry model with
 /// the best public-SNIPS slot F1 among those that decode at 15 tokens/s or more here.
 pub const DEFAULT_MODEL: &str = "qwen2.5-coder-0.5b";
 

@@ -40,7 +40,7 @@ pub enum BenchMode {
     Free,
     MaskedNoJf,
     /// Jump-forward with the forced text tokenised alone, not together with the
-    /// sampled token before it (the split before issue 13), for comparison.
+    /// sampled token before it (the split without healing), for comparison.
     MaskedUnhealed,
 }
 

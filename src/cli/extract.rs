@@ -84,7 +84,7 @@ pub struct ExtractArgs {
     pub null_lookahead: bool,
     /// Masked decoding: add NATS to the logits of `null` wherever a nullable field's
     /// `null` competes with a value (a prior for "null unless the document says so";
-    /// negative values favour filling). README "Extraction quality" has the measured
+    /// negative values favour filling). docs/extraction.md has the measured
     /// effect.
     #[arg(long, value_name = "NATS", default_value_t = 0.0, allow_negative_numbers = true,
           value_parser = super::parse_nats)]
@@ -97,7 +97,7 @@ pub struct ExtractArgs {
     /// grounds only the fields marked `"x-formwork-grounded": true`. A nullable
     /// `format: date` string is judged by its meaning: it must be a day the document
     /// states ("2/6/2020", "march sixth, 2038"), and may not be null when the document
-    /// states a day no earlier field holds. README "Grounded fields".
+    /// states a day no earlier field holds. README "Extraction", docs/extraction.md.
     #[arg(long, value_name = "MODE", num_args = 0..=1, require_equals = true,
           default_value = "distinct", default_missing_value = "stated",
           value_parser = super::parse_ground_arg)]
@@ -137,7 +137,7 @@ pub struct ExtractArgs {
     /// With --jsonl: decode B records together, B worker threads whose forward passes
     /// run as one batched pass (the weights are read once per pass for all B). Results
     /// stay in input order and do not depend on B. The default, 4, was the fastest
-    /// with the least memory on SNIPS (README "Batched decoding"); 1 runs records one
+    /// with the least memory on SNIPS (docs/serving.md, batching); 1 runs records one
     /// after another.
     #[arg(long, value_name = "B", default_value_t = 4,
           value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -145,7 +145,7 @@ pub struct ExtractArgs {
 }
 
 /// Examples per document with `--examples` and no `--shots`: 3 picked by BM25 was
-/// the best measured on SNIPS (README "Extraction quality on SNIPS").
+/// the best measured on SNIPS (docs/extraction.md).
 pub const DEFAULT_SHOTS: usize = 3;
 
 pub fn read_schema(path: &Path) -> anyhow::Result<serde_json::Value> {

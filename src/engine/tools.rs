@@ -13,7 +13,7 @@
 //! `<tool_call>\n{"name": …, "arguments": …}\n</tool_call>`, results as
 //! `<tool_response>` blocks in a user turn. Qwen2.5 reads the text its own template
 //! would have written; SmolLM2 and Gemma 3, whose templates have no tools, read the same
-//! text as a built-in format (README "Tools"). The rendered messages go through
+//! text as a built-in format (README "Serving", docs/serving.md). The rendered messages go through
 //! [`super::prompt::encode`] like any other, so a tool description or a result never
 //! becomes a control token.
 //!
