@@ -516,6 +516,7 @@ mod tests {
         let group = BatchGroup::new();
         let mut m = group.wrap(Box::new(Fake::default()));
         let (ran_tx, ran_rx) = std::sync::mpsc::channel::<Vec<Vec<f32>>>();
+        let (aside_tx, aside_rx) = std::sync::mpsc::channel::<()>();
         let _member = group.join();
         let other = {
             let group = group.clone();
@@ -526,16 +527,17 @@ mod tests {
                 // stepping aside, the other's forwards would wait for this thread.
                 let got = {
                     let _aside = step_aside();
+                    aside_tx.send(()).unwrap();
                     ran_rx.recv().unwrap()
                 };
                 // Back in: its forwards still work (alone, once the other has left).
                 (got, m.forward(&[4], 0).unwrap())
             })
         };
-        while group.members() < 2 {
-            std::thread::yield_now();
-        }
-        // Two members; the other steps aside, so these passes run with one row.
+        // Two members, one of them aside: only this one is counted, so these passes
+        // run with one row and do not wait for the other.
+        aside_rx.recv().unwrap();
+        assert_eq!(group.members(), 1);
         let got: Vec<Vec<f32>> = steps(m.as_mut(), 2)
             .into_iter()
             .map(|r| r.unwrap())
