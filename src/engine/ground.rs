@@ -228,7 +228,7 @@ impl Grounding {
     }
 }
 
-fn escape(k: &str) -> String {
+pub(crate) fn escape(k: &str) -> String {
     k.replace('~', "~0").replace('/', "~1")
 }
 
