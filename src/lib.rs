@@ -31,6 +31,7 @@ pub mod bench;
 pub mod cli;
 pub mod engine;
 pub mod examples;
+pub mod pointer;
 pub mod sampling;
 pub mod serve;
 pub mod validate;

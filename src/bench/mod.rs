@@ -173,11 +173,7 @@ pub fn leaf_fields(expected: &Value) -> Vec<(String, Value)> {
         match v {
             Value::Object(m) if !m.is_empty() => {
                 for (k, x) in m {
-                    walk(
-                        x,
-                        format!("{path}/{}", k.replace('~', "~0").replace('/', "~1")),
-                        out,
-                    );
+                    walk(x, format!("{path}/{}", crate::pointer::escape(k)), out);
                 }
             }
             _ => out.push((path, v.clone())),
@@ -310,7 +306,7 @@ pub fn pointer_at(text: &str, at: usize) -> Option<String> {
     for f in &stack {
         ptr.push('/');
         match f {
-            Frame::Object(Some(k)) => ptr.push_str(&k.replace('~', "~0").replace('/', "~1")),
+            Frame::Object(Some(k)) => ptr.push_str(&crate::pointer::escape(k)),
             Frame::Object(None) => return None,
             Frame::Array(n) => ptr.push_str(&n.to_string()),
         }
@@ -422,7 +418,7 @@ pub fn find_placeholders(value: &Value, texts: &std::collections::BTreeSet<Strin
                 for (k, x) in m {
                     walk(
                         x,
-                        format!("{path}/{}", k.replace('~', "~0").replace('/', "~1")),
+                        format!("{path}/{}", crate::pointer::escape(k)),
                         texts,
                         out,
                     );

@@ -235,7 +235,7 @@ impl Parser<'_> {
                         let ke = self.string()?;
                         let key: String = serde_json::from_slice(&self.b[ks..ke]).ok()?;
                         ptr.push('/');
-                        ptr.push_str(&super::ground::escape(&key));
+                        ptr.push_str(&crate::pointer::escape(&key));
                         self.eat(b':')?;
                     } else {
                         ptr.push_str(&format!("/{n}"));

@@ -34,6 +34,8 @@
 
 use serde_json::Value;
 
+use crate::pointer::escape;
+
 use super::dates::{self, Day};
 use super::source::{resolve, type_names};
 
@@ -226,10 +228,6 @@ impl Grounding {
             _ => {}
         }
     }
-}
-
-pub(crate) fn escape(k: &str) -> String {
-    k.replace('~', "~0").replace('/', "~1")
 }
 
 /// Nesting walked at most (schemas and instances).

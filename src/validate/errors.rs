@@ -24,6 +24,8 @@ use jsonschema::error::{TypeKind, ValidationErrorKind as K};
 use jsonschema::{JsonType, ValidationError};
 use serde_json::Value;
 
+use crate::pointer::{escape, unescape};
+
 use super::render::py_repr;
 use super::{LineError, LocItem};
 
@@ -676,7 +678,7 @@ pub fn loc_from_pointer(root: &Value, pointer: &str) -> Vec<LocItem> {
     }
     let mut cur = Some(root);
     for raw in pointer.split('/').skip(1) {
-        let token = raw.replace("~1", "/").replace("~0", "~");
+        let token = unescape(raw);
         match cur {
             Some(Value::Array(items)) => match token.parse::<usize>() {
                 Ok(i) => {
@@ -709,7 +711,7 @@ pub fn pointer_from_tokens(tokens: &[String]) -> String {
     let mut s = String::new();
     for t in tokens {
         s.push('/');
-        s.push_str(&t.replace('~', "~0").replace('/', "~1"));
+        s.push_str(&escape(t));
     }
     s
 }

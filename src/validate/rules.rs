@@ -34,6 +34,8 @@ use std::cmp::Ordering;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::pointer::{escape, unescape};
+
 use super::errors::{self, cut_input, loc_from_pointer, pointer_from_loc};
 use super::render::py_repr;
 use super::{Draft, LineError, LocItem, SchemaError};
@@ -612,7 +614,7 @@ fn only_rules(err: &jsonschema::ValidationError<'_>, depth: usize) -> bool {
 fn referenced_fields(schema: &Value, prefix: &str, out: &mut Vec<String>) {
     let Value::Object(m) = schema else { return };
     let push = |name: &str, out: &mut Vec<String>| {
-        let p = format!("{prefix}/{}", name.replace('~', "~0").replace('/', "~1"));
+        let p = format!("{prefix}/{}", escape(name));
         if !out.contains(&p) {
             out.push(p);
         }
@@ -620,7 +622,7 @@ fn referenced_fields(schema: &Value, prefix: &str, out: &mut Vec<String>) {
     if let Some(Value::Object(props)) = m.get("properties") {
         for (k, sub) in props {
             push(k, out);
-            let p = format!("{prefix}/{}", k.replace('~', "~0").replace('/', "~1"));
+            let p = format!("{prefix}/{}", escape(k));
             let mut nested = Vec::new();
             referenced_fields(sub, &p, &mut nested);
             for n in nested {
@@ -666,7 +668,7 @@ fn referenced_fields_conditions(schema: &Value, out: &mut Vec<String>) {
     }
     if let Some(Value::Object(dep)) = m.get("dependentRequired") {
         for k in dep.keys() {
-            let p = format!("/{}", k.replace('~', "~0").replace('/', "~1"));
+            let p = format!("/{}", escape(k));
             if !out.contains(&p) {
                 out.push(p);
             }
@@ -687,7 +689,7 @@ fn display_name(pointer: &str) -> String {
     pointer
         .split('/')
         .skip(1)
-        .map(|t| t.replace("~1", "/").replace("~0", "~"))
+        .map(unescape)
         .collect::<Vec<_>>()
         .join(".")
 }
