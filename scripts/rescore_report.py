@@ -3,7 +3,7 @@
 measures the bench now computes: the all-null baseline, slot precision/recall/F1, false
 fills and misses, and filled free-text values not found in the text (the fields
 `--source-strings` marks), per mode; with a third argument (another report.json), only the records
-whose ids that report also has (to compare runs on the same records). Same rules as src/bench/mod.rs: empty = null, absent or
+whose ids that report also has (to compare runs on the same records). Same rules as src/bench/fields.rs and score.rs: empty = null, absent or
 false; strings compared trimmed and lowercased; a record that does not conform fills
 nothing. With --grounded, the rule of `--grounded` (src/engine/ground.rs) is applied to
 each conforming value first, as free decoding applies it after the fact: every nullable
