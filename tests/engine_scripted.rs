@@ -127,6 +127,13 @@ impl LanguageModel for ScriptedModel {
     fn snapshot(&self) -> Box<dyn LanguageModel> {
         Box::new(self.clone())
     }
+    fn truncate(&mut self, len: usize) -> bool {
+        if len > self.history.len() {
+            return false;
+        }
+        self.history.truncate(len);
+        true
+    }
 }
 
 /// Logits that put `order[0]` first, `order[1]` second, and so on; every other
@@ -927,7 +934,7 @@ fn grounded_run_in(
     doc: &str,
 ) -> (String, DecodeOutput, Vec<u32>) {
     let opts = DecodeOptions {
-        max_tokens: 64,
+        max_tokens: 160,
         grounding: Grounding::new(schema, Some(mode), doc).map(Arc::new),
         ..Default::default()
     };
@@ -1036,6 +1043,63 @@ fn distinct_grounding_gives_one_quotation_to_the_first_field_only() {
     assert_eq!(text, r#"{"city":"Belgium","country":null}"#);
     assert_eq!(out.stats.grounded_nulls, 1);
     fed_all_but_last(&out, &last);
+}
+
+fn rows_schema(min_items: usize) -> Value {
+    json!({"type": "object", "properties": {
+        "rows": {"type": "array", "minItems": min_items, "items": {"type": "object", "properties": {
+            "sku": {"type": "string", "maxLength": 4},
+            "qty": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+            "note": {"type": ["string", "null"], "maxLength": 9}},
+            "required": ["sku", "qty", "note"], "additionalProperties": false}}},
+        "required": ["rows"], "additionalProperties": false})
+}
+
+#[test]
+fn a_row_that_repeats_an_earlier_row_is_taken_back_and_the_array_closed() {
+    // A one-item order padded to two rows: the same code, no quantity.
+    let padded =
+        r#"{"rows":[{"sku":"B12","qty":40,"note":null},{"sku":"B12","qty":null,"note":null}]}"#;
+    let codec = ByteCodec::new();
+    let doc = "please send 40 pz of B12";
+    let (text, out, last) = grounded_run(&rows_schema(0), wants(padded), &codec, doc);
+    assert_eq!(text, r#"{"rows":[{"sku":"B12","qty":40,"note":null}]}"#);
+    assert_eq!(out.stats.rows_dropped, 1);
+    assert_eq!(out.stats.rows_kept, 0);
+    assert_valid(&rows_schema(0), &text);
+    // The cache was truncated, not restored from a snapshot: the model was fed exactly
+    // the final output, in order.
+    fed_all_but_last(&out, &last);
+    assert_eq!(codec.text(&out.tokens), text);
+    // Two rows that differ in an identifying value (the code) both stay.
+    let two =
+        r#"{"rows":[{"sku":"B12","qty":40,"note":null},{"sku":"B13","qty":null,"note":null}]}"#;
+    let (text, out, _) = grounded_run(&rows_schema(0), wants(two), &codec, "40 pz of B12 and B13");
+    assert_eq!(text, two);
+    assert_eq!(out.stats.rows_dropped, 0);
+    // The same code with another quantity is another row.
+    let other =
+        r#"{"rows":[{"sku":"B12","qty":40,"note":null},{"sku":"B12","qty":5,"note":null}]}"#;
+    let (text, out, _) = grounded_run(
+        &rows_schema(0),
+        wants(other),
+        &codec,
+        "40 of B12, then 5 of B12",
+    );
+    assert_eq!(text, other);
+    assert_eq!(out.stats.rows_dropped, 0);
+    // The schema asks for two rows: the repeat cannot be taken back, and is counted.
+    let (text, out, _) = grounded_run(&rows_schema(2), wants(padded), &codec, doc);
+    assert_eq!(text, padded);
+    assert_eq!((out.stats.rows_dropped, out.stats.rows_kept), (0, 1));
+    // Without grounding nothing is judged.
+    let mut m = wants(padded);
+    let opts = DecodeOptions {
+        max_tokens: 128,
+        ..Default::default()
+    };
+    let (text, _) = run_with(&rows_schema(0), &mut m, &codec, Sampling::Greedy, 0, &opts);
+    assert_eq!(text, padded);
 }
 
 /// Free decoding along a script that writes `text` then EOS, with `until`.

@@ -351,6 +351,10 @@ impl LanguageModel for GroupModel {
         }
     }
 
+    fn truncate(&mut self, len: usize) -> bool {
+        self.inner.as_mut().is_some_and(|m| m.truncate(len))
+    }
+
     fn snapshot(&self) -> Box<dyn LanguageModel> {
         Box::new(GroupModel {
             inner: self.inner.as_ref().map(|m| m.snapshot()),

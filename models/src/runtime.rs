@@ -194,6 +194,12 @@ pub trait LanguageModel: Send {
     fn clear_kv_cache(&mut self);
     /// A cheap copy of the model including its current KV cache (weights shared); used to reuse a prompt prefix across records.
     fn snapshot(&self) -> Box<dyn LanguageModel>;
+    /// Forgets the positions from `len` on, so that the next feed is at `len`: going
+    /// back without a snapshot. False (nothing changed) where the model cannot, or its
+    /// cache holds fewer than `len` positions.
+    fn truncate(&mut self, _len: usize) -> bool {
+        false
+    }
     /// What the forward passes have cost so far, this model's and its snapshots' together.
     fn timings(&self) -> ForwardTimings {
         ForwardTimings::default()
@@ -552,6 +558,10 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
 trait Weights: Clone + Send + 'static {
     fn forward(&mut self, input: &Tensor, index_pos: usize) -> candle_core::Result<Tensor>;
     fn clear_kv_cache(&mut self);
+    /// Keeps the first `len` positions of the KV cache; false where not supported.
+    fn truncate_kv_cache(&mut self, _len: usize) -> bool {
+        false
+    }
 }
 
 impl Weights for quantized_llama::ModelWeights {
@@ -569,6 +579,9 @@ impl Weights for crate::llama::ModelWeights {
     }
     fn clear_kv_cache(&mut self) {
         crate::llama::ModelWeights::clear_kv_cache(self)
+    }
+    fn truncate_kv_cache(&mut self, len: usize) -> bool {
+        crate::llama::ModelWeights::truncate_kv_cache(self, len)
     }
 }
 
@@ -694,6 +707,14 @@ impl<W: Weights> LanguageModel for CandleModel<W> {
 
     fn snapshot(&self) -> Box<dyn LanguageModel> {
         Box::new(self.clone())
+    }
+
+    fn truncate(&mut self, len: usize) -> bool {
+        if len > self.cached || !self.weights.truncate_kv_cache(len) {
+            return false;
+        }
+        self.cached = len;
+        true
     }
 
     fn timings(&self) -> ForwardTimings {

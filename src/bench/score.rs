@@ -234,6 +234,7 @@ mod tests {
             lookahead_null_wins: 0,
             lookahead_forward_passes: 0,
             grounded_nulls: 0,
+            rows_dropped: 0,
             ms: 0,
             schema_sha256: String::new(),
             model: String::new(),

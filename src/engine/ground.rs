@@ -69,12 +69,20 @@ impl GroundMode {
 #[derive(Clone, Debug, Default)]
 pub struct Grounding {
     patterns: Vec<String>,
+    /// The grounded fields marked `"x-formwork-grounded": "anywhere"`: judged against
+    /// the whole document, greeting and signature included.
+    anywhere: Vec<String>,
     /// The grounded `format: date` fields, judged by [`Grounding::days`].
     date_patterns: Vec<String>,
     folded_doc: String,
+    /// The document without its greeting and signature ([`body`]), folded.
+    folded_body: String,
     /// The calendar days the document states.
     days: Vec<Day>,
     distinct: bool,
+    /// With `--grounded`: an array's rows end at the first that repeats an earlier one
+    /// ([`Grounding::repeats_row`]).
+    rows: bool,
 }
 
 /// Lowercased, with each run of whitespace as one space, trimmed.
@@ -89,9 +97,14 @@ impl Grounding {
     /// The grounded fields of `schema` (those marked with [`KEYWORD`], and with a
     /// `mode` every nullable string) against `document`. `None` when there are none.
     pub fn new(schema: &Value, mode: Option<GroundMode>, document: &str) -> Option<Grounding> {
-        let (patterns, date_patterns) = grounded_fields(schema, mode.is_some());
+        let Fields {
+            text: patterns,
+            dates: date_patterns,
+            anywhere,
+        } = fields(schema, mode.is_some());
         (!patterns.is_empty() || !date_patterns.is_empty()).then(|| Grounding {
             patterns,
+            anywhere,
             days: if date_patterns.is_empty() {
                 Vec::new()
             } else {
@@ -99,19 +112,33 @@ impl Grounding {
             },
             date_patterns,
             folded_doc: fold(document),
+            folded_body: fold(&body(document)),
             distinct: mode == Some(GroundMode::Distinct),
+            rows: mode.is_some(),
         })
     }
 
-    /// Does a grounded text `value` stand, after the `earlier` grounded values of the
-    /// same answer? It must be stated in the document and, in `distinct` mode, not
-    /// repeat one of them.
-    pub fn stands<'a>(&self, value: &str, earlier: impl Iterator<Item = &'a str>) -> bool {
-        self.holds(value) && !self.repeats(value, earlier)
+    /// Does a grounded text `value` at `pattern` stand, after the `earlier` grounded
+    /// values of the same answer (pattern, value)? It must be stated in the document's
+    /// body ([`body`]; the whole document for a field marked `"anywhere"`) and, in
+    /// `distinct` mode, not repeat the value of an earlier *other* field (rows of an
+    /// array may share a value: two lines can both be "2 pz").
+    pub fn stands<'a>(
+        &self,
+        pattern: &str,
+        value: &str,
+        earlier: impl Iterator<Item = (&'a str, &'a str)>,
+    ) -> bool {
+        self.holds_at(pattern, value) && !self.repeats(pattern, value, earlier)
     }
 
-    fn repeats<'a>(&self, value: &str, mut earlier: impl Iterator<Item = &'a str>) -> bool {
-        self.distinct && earlier.any(|e| fold(e) == fold(value))
+    fn repeats<'a>(
+        &self,
+        pattern: &str,
+        value: &str,
+        mut earlier: impl Iterator<Item = (&'a str, &'a str)>,
+    ) -> bool {
+        self.distinct && earlier.any(|(p, e)| p != pattern && fold(e) == fold(value))
     }
 
     /// Does the grounded `value` at `pattern` stand (see [`Grounding::stands`])? A
@@ -120,13 +147,13 @@ impl Grounding {
         &self,
         pattern: &str,
         value: &str,
-        earlier: impl Iterator<Item = &'a str>,
+        earlier: impl Iterator<Item = (&'a str, &'a str)>,
     ) -> bool {
         if self.is_date(pattern) {
             let stated = dates::parse_iso(value).is_some_and(|d| self.days.contains(&d));
-            stated && !self.repeats(value, earlier)
+            stated && !self.repeats(pattern, value, earlier)
         } else {
-            self.stands(value, earlier)
+            self.stands(pattern, value, earlier)
         }
     }
 
@@ -143,6 +170,55 @@ impl Grounding {
         }
         let used: Vec<Day> = earlier.filter_map(dates::parse_iso).collect();
         self.days.iter().any(|d| !used.contains(d))
+    }
+
+    /// Are an array's rows judged ([`Grounding::repeats_row`])? With `--grounded`.
+    pub fn judges_rows(&self) -> bool {
+        self.rows
+    }
+
+    /// Does the object `row` of an array only repeat one of the `earlier` rows of the
+    /// same array? A small model pads an array to the length of its worked examples:
+    /// a one-item order comes back with a second row of the same code and a null
+    /// quantity, quoting another line of the e-mail as its reason.
+    ///
+    /// A row repeats an earlier one when it shares at least one *identifying* value
+    /// with it (at the same key), and none of its other values is identifying and
+    /// different. Identifying: a number, a boolean, or a string of at most three words
+    /// that the document's body states (a code, a quantity, a name). Not identifying:
+    /// `null`, a longer string (a quoted sentence, an explanation), a string the
+    /// document does not state (a label of an enum such as `"non_specificata"`), an
+    /// object or an array.
+    pub fn repeats_row(&self, row: &Value, earlier: &[Value]) -> bool {
+        let Value::Object(r) = row else { return false };
+        earlier.iter().any(|e| {
+            let Value::Object(e) = e else { return false };
+            let mut shared = false;
+            for (k, v) in r {
+                if !self.identifying(v) {
+                    continue;
+                }
+                if e.get(k) == Some(v) {
+                    shared = true;
+                } else {
+                    return false;
+                }
+            }
+            shared
+        })
+    }
+
+    fn identifying(&self, v: &Value) -> bool {
+        match v {
+            Value::Number(_) | Value::Bool(_) => true,
+            Value::String(s) => {
+                s.split_whitespace().count() <= 3 && {
+                    let f = fold(s);
+                    !f.is_empty() && self.folded_body.contains(&f)
+                }
+            }
+            _ => false,
+        }
     }
 
     /// Is a value at `pattern` judged?
@@ -167,16 +243,32 @@ impl Grounding {
         !v.is_empty() && self.folded_doc.contains(&v)
     }
 
+    /// Is `value` stated where the field at `pattern` is judged: the document's body
+    /// ([`body`]), or the whole document for a field marked `"anywhere"`?
+    pub fn holds_at(&self, pattern: &str, value: &str) -> bool {
+        if self.anywhere.iter().any(|p| p == pattern) {
+            return self.holds(value);
+        }
+        let v = fold(value);
+        !v.is_empty() && self.folded_body.contains(&v)
+    }
+
     /// Free decoding, judged after the fact: every grounded string of `value` that is
-    /// not in the document (a date: not a day it states) becomes `null`; in `distinct`
-    /// mode, so does one that repeats an earlier grounded value (in document order).
-    /// Returns the pointers changed.
+    /// not in the document's body (a date: not a day it states) becomes `null`; in
+    /// `distinct` mode, so does one that repeats an earlier string of another field
+    /// (in document order). With `--grounded`, an array ends before its first row
+    /// that repeats an earlier one. Returns the pointers changed (nulled or dropped).
     pub fn apply(&self, value: &mut Value) -> Vec<String> {
-        let mut changed = Vec::new();
-        let mut kept = Vec::new();
+        self.apply_all(value).0
+    }
+
+    /// [`Grounding::apply`], with the pointers of the rows dropped (as they were
+    /// before): `(nulled, dropped)`.
+    pub fn apply_all(&self, value: &mut Value) -> (Vec<String>, Vec<String>) {
+        let mut acc = Applied::default();
         let (mut ptr, mut pat) = (String::new(), String::new());
-        self.apply_at(value, &mut ptr, &mut pat, &mut changed, &mut kept, 0);
-        changed
+        self.apply_at(value, &mut ptr, &mut pat, &mut acc, 0);
+        (acc.changed, acc.dropped)
     }
 
     fn apply_at(
@@ -184,8 +276,7 @@ impl Grounding {
         v: &mut Value,
         ptr: &mut String,
         pat: &mut String,
-        changed: &mut Vec<String>,
-        kept: &mut Vec<String>,
+        acc: &mut Applied,
         depth: usize,
     ) {
         if depth > MAX_DEPTH {
@@ -193,13 +284,12 @@ impl Grounding {
         }
         match v {
             Value::String(s) => {
-                if self.covers(pat) {
-                    if self.judge(pat, s, kept.iter().map(String::as_str)) {
-                        kept.push(s.clone());
-                    } else {
-                        *v = Value::Null;
-                        changed.push(ptr.clone());
-                    }
+                let kept = acc.kept.iter().map(|(p, v)| (p.as_str(), v.as_str()));
+                if !self.covers(pat) || self.judge(pat, s, kept) {
+                    acc.kept.push((pat.clone(), s.clone()));
+                } else {
+                    *v = Value::Null;
+                    acc.changed.push(ptr.clone());
                 }
             }
             Value::Object(m) => {
@@ -210,17 +300,28 @@ impl Grounding {
                     ptr.push_str(&seg);
                     pat.push('/');
                     pat.push_str(&seg);
-                    self.apply_at(x, ptr, pat, changed, kept, depth + 1);
+                    self.apply_at(x, ptr, pat, acc, depth + 1);
                     ptr.truncate(a);
                     pat.truncate(b);
                 }
             }
             Value::Array(items) => {
-                for (i, x) in items.iter_mut().enumerate() {
+                for i in 0..items.len() {
                     let (a, b) = (ptr.len(), pat.len());
                     ptr.push_str(&format!("/{i}"));
                     pat.push_str("/*");
-                    self.apply_at(x, ptr, pat, changed, kept, depth + 1);
+                    self.apply_at(&mut items[i], ptr, pat, acc, depth + 1);
+                    if self.rows && self.repeats_row(&items[i], &items[..i]) {
+                        // The rows end before the first repeat, as in masked decoding.
+                        ptr.truncate(a);
+                        for j in i..items.len() {
+                            acc.dropped.push(format!("{ptr}/{j}"));
+                        }
+                        items.truncate(i);
+                        ptr.truncate(a);
+                        pat.truncate(b);
+                        break;
+                    }
                     ptr.truncate(a);
                     pat.truncate(b);
                 }
@@ -228,6 +329,17 @@ impl Grounding {
             _ => {}
         }
     }
+}
+
+/// What [`Grounding::apply_all`] gathers as it walks.
+#[derive(Default)]
+struct Applied {
+    /// Pointers of the values nulled.
+    changed: Vec<String>,
+    /// Pointers of the rows dropped.
+    dropped: Vec<String>,
+    /// The strings that stand so far (pattern, value), for `distinct`.
+    kept: Vec<(String, String)>,
 }
 
 /// Nesting walked at most (schemas and instances).
@@ -295,8 +407,60 @@ fn admits(root: &Value, v: &Value, depth: usize) -> Admits {
     a
 }
 
+/// Is `v` marked grounded: `"x-formwork-grounded": true`, or `"anywhere"` (judged
+/// against the whole document, greeting and signature included)?
 fn marked(v: &Value) -> bool {
-    v.get(KEYWORD) == Some(&Value::Bool(true))
+    matches!(v.get(KEYWORD), Some(Value::Bool(true))) || marked_anywhere(v)
+}
+
+fn marked_anywhere(v: &Value) -> bool {
+    v.get(KEYWORD).and_then(Value::as_str) == Some(ANYWHERE)
+}
+
+/// The value of [`KEYWORD`] that grounds a field against the whole document.
+pub const ANYWHERE: &str = "anywhere";
+
+/// The document without its greeting and its signature, for grounding: values are
+/// quoted from what the writer says, not from whom they greet or how they sign.
+///
+/// A document of three or more non-empty lines loses:
+/// - its first line, when that line is a greeting: at most four words, no digit,
+///   ending in `,` `!` or `:` ("Buongiorno,", "Hi Tom,"), or at most two words
+///   without a final `.` ("Ciao Marco");
+/// - its last lines, at most three, while each is a closing or a name: at most four
+///   words, no digit, not ending in `.` `?` `:` or `;` ("Grazie,", "Saluti, Chiara",
+///   "Marco"). A sentence that ends with a full stop ("Fattura a Ottica Lanza.") stays.
+///
+/// At least one line always stays. Shorter documents (one-line requests) are whole.
+pub fn body(document: &str) -> String {
+    let lines: Vec<&str> = document
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if lines.len() < 3 {
+        return document.to_string();
+    }
+    let words = |l: &str| l.split_whitespace().count();
+    let digits = |l: &str| l.chars().any(|c| c.is_ascii_digit());
+    let mut from = 0;
+    let first = lines[0];
+    let greeting = !digits(first)
+        && ((words(first) <= 4 && first.ends_with([',', '!', ':']))
+            || (words(first) <= 2 && !first.ends_with(['.', '?', ';'])));
+    if greeting {
+        from = 1;
+    }
+    let mut to = lines.len();
+    while to > from + 1
+        && lines.len() - to < 3
+        && words(lines[to - 1]) <= 4
+        && !digits(lines[to - 1])
+        && !lines[to - 1].ends_with(['.', '?', ':', ';'])
+    {
+        to -= 1;
+    }
+    lines[from..to].join("\n")
 }
 
 /// Is `v` a string with `format: date` (and no `pattern`, `enum` or `const`)?
@@ -348,7 +512,21 @@ pub fn grounded_patterns(schema: &Value, all_nullable_strings: bool) -> Vec<Stri
 
 /// The grounded text fields and the grounded date fields of `schema`, as patterns.
 pub fn grounded_fields(schema: &Value, all_nullable_strings: bool) -> (Vec<String>, Vec<String>) {
-    let mut out = (Vec::new(), Vec::new());
+    let f = fields(schema, all_nullable_strings);
+    (f.text, f.dates)
+}
+
+/// The grounded fields of a schema, as instance-pointer patterns.
+#[derive(Default)]
+struct Fields {
+    text: Vec<String>,
+    dates: Vec<String>,
+    /// Those of both marked `"anywhere"`.
+    anywhere: Vec<String>,
+}
+
+fn fields(schema: &Value, all_nullable_strings: bool) -> Fields {
+    let mut out = Fields::default();
     walk(
         schema,
         schema,
@@ -360,29 +538,26 @@ pub fn grounded_fields(schema: &Value, all_nullable_strings: bool) -> (Vec<Strin
     out
 }
 
-fn walk(
-    root: &Value,
-    v: &Value,
-    pat: &mut String,
-    all: bool,
-    out: &mut (Vec<String>, Vec<String>),
-    depth: usize,
-) {
+fn walk(root: &Value, v: &Value, pat: &mut String, all: bool, out: &mut Fields, depth: usize) {
     if depth > MAX_DEPTH {
         return;
     }
     let m = resolve(root, v);
-    if (all || marked(v) || marked(m)) && nullable_date(root, v) {
-        if !out.1.contains(pat) {
-            out.1.push(pat.clone());
+    let grounded = all || marked(v) || marked(m);
+    if grounded && (marked_anywhere(v) || marked_anywhere(m)) && !out.anywhere.contains(pat) {
+        out.anywhere.push(pat.clone());
+    }
+    if grounded && nullable_date(root, v) {
+        if !out.dates.contains(pat) {
+            out.dates.push(pat.clone());
         }
         return;
     }
     let a = admits(root, v, 0);
     let groundable = a.string && a.null && !a.other;
-    if groundable && (all || marked(v) || marked(m)) {
-        if !out.0.contains(pat) {
-            out.0.push(pat.clone());
+    if groundable && grounded {
+        if !out.text.contains(pat) {
+            out.text.push(pat.clone());
         }
         return;
     }
@@ -445,6 +620,20 @@ pub struct Scan {
     /// Then, when it is already known (an array's next item, an object's key read
     /// and its value not started): the pattern of the next value.
     pub next_value: Option<String>,
+    /// The complete objects that are items of an array, in the order they closed.
+    pub items: Vec<Item>,
+    /// Does the text end inside an array (at any depth)?
+    pub in_array: bool,
+}
+
+/// One complete object item of an array.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Item {
+    /// Byte offset of the array's `[`: which array it is in.
+    pub array: usize,
+    /// Byte offsets of its `{` and just past its `}`.
+    pub start: usize,
+    pub end: usize,
 }
 
 enum Frame {
@@ -455,10 +644,13 @@ enum Frame {
         key: Option<String>,
         value_next: bool,
         has_value: bool,
+        /// As an array's item: the offsets of the array's `[` and of this `{`.
+        item_of: Option<(usize, usize)>,
     },
     Array {
         pat: String,
         value_next: bool,
+        start: usize,
     },
 }
 
@@ -540,6 +732,10 @@ pub fn scan(bytes: &[u8]) -> Scan {
             }
             b'{' | b'[' => {
                 let pat = value_pattern(&stack);
+                let item_of = match stack.last() {
+                    Some(Frame::Array { start, .. }) => Some((*start, i)),
+                    _ => None,
+                };
                 set_value_done(&mut stack, &mut root_next);
                 stack.push(if c == b'{' {
                     Frame::Object {
@@ -547,16 +743,28 @@ pub fn scan(bytes: &[u8]) -> Scan {
                         key: None,
                         value_next: false,
                         has_value: false,
+                        item_of,
                     }
                 } else {
                     Frame::Array {
                         pat,
                         value_next: true,
+                        start: i,
                     }
                 });
             }
             b'}' | b']' => {
-                stack.pop();
+                if let Some(Frame::Object {
+                    item_of: Some((array, start)),
+                    ..
+                }) = stack.pop()
+                {
+                    out.items.push(Item {
+                        array,
+                        start,
+                        end: i + 1,
+                    });
+                }
             }
             b':' => {
                 if let Some(Frame::Object { value_next, .. }) = stack.last_mut() {
@@ -590,10 +798,12 @@ pub fn scan(bytes: &[u8]) -> Scan {
             Some(Frame::Array {
                 pat,
                 value_next: true,
+                ..
             }) => Some(format!("{pat}/*")),
             _ => None,
         };
     }
+    out.in_array = stack.iter().any(|f| matches!(f, Frame::Array { .. }));
     out
 }
 
@@ -713,9 +923,86 @@ mod tests {
         assert_eq!(g.apply(&mut v), ["/loc/state", "/rows/0/note"]);
         assert_eq!(v["loc"]["city"], "Belgium");
         assert_eq!(v["rows"][0]["sku"], "Belgium", "not grounded, not counted");
-        assert!(g.stands("Belgium", ["tomorrow"].into_iter()));
-        assert!(!g.stands("Belgium", ["BELGIUM"].into_iter()));
-        assert!(!g.stands("France", std::iter::empty()));
+        assert!(g.stands("/name", "Belgium", [("/unit", "tomorrow")].into_iter()));
+        assert!(!g.stands("/name", "Belgium", [("/unit", "BELGIUM")].into_iter()));
+        assert!(!g.stands("/name", "France", std::iter::empty()));
+        // Rows of one array may share a value: only other fields count.
+        assert!(g.stands(
+            "/rows/*/note",
+            "Belgium",
+            [("/rows/*/note", "belgium")].into_iter()
+        ));
+        let mut rows =
+            json!({"rows": [{"note": "Belgium"}, {"note": "Belgium"}], "unit": "belgium"});
+        assert_eq!(g.apply(&mut rows), ["/unit"]);
+    }
+
+    #[test]
+    fn the_body_leaves_out_greeting_and_signature() {
+        let mail = "Buongiorno,\nvi ordino 40 pezzi del codice K-210.\nFattura a Ottica Lanza.\nCordialmente,\nStefano";
+        assert_eq!(
+            body(mail),
+            "vi ordino 40 pezzi del codice K-210.\nFattura a Ottica Lanza."
+        );
+        let mail = "Ciao Marco\n5 pz dello SKU X10\nSaluti, Chiara";
+        assert_eq!(body(mail), "5 pz dello SKU X10");
+        // A first line with a figure, or a sentence, is no greeting; a last line that
+        // ends with a full stop is no signature.
+        let mail = "Ordine 12,\nmandate 3 pz.\nFatturate a Rossi.";
+        assert_eq!(body(mail), "Ordine 12,\nmandate 3 pz.\nFatturate a Rossi.");
+        // Short documents stay whole; one line always stays.
+        assert_eq!(body("Ciao,\nMarco"), "Ciao,\nMarco");
+        assert_eq!(body("Ciao,\nGrazie\nMarco"), "Grazie");
+        let schema = json!({"type": "object", "properties": {
+            "client": {"type": ["string", "null"]},
+            "sender": {"type": ["string", "null"], "x-formwork-grounded": "anywhere"}}});
+        let mail = "Buongiorno,\n5 pz dello SKU 7.\nSaluti, Chiara";
+        let g = Grounding::new(&schema, Some(GroundMode::Distinct), mail).unwrap();
+        let mut v = json!({"client": "Chiara", "sender": "Chiara"});
+        assert_eq!(g.apply(&mut v), ["/client"], "a signature is no client");
+        assert_eq!(
+            v["sender"], "Chiara",
+            "marked anywhere: the signature counts"
+        );
+        // Marked "anywhere" grounds the field without --grounded too.
+        let g = Grounding::new(&schema, None, mail).unwrap();
+        assert!(g.covers("/sender") && !g.covers("/client"));
+    }
+
+    #[test]
+    fn a_row_repeats_an_earlier_one_when_it_adds_no_identifying_value() {
+        let schema = json!({"type": "object", "properties": {
+            "rows": {"type": "array", "items": {"type": "object", "properties": {
+                "why": {"type": "string"}, "sku": {"type": "string"},
+                "qty": {"type": ["integer", "null"]}, "text": {"type": ["string", "null"]},
+                "urgency": {"enum": ["urgent", "unstated"]}}}}}});
+        let doc = "Hello,\nplease send 40 pz of B-12, urgent.\nShip to Via Roma 3.\nThanks, Anna";
+        let g = Grounding::new(&schema, Some(GroundMode::Distinct), doc).unwrap();
+        let first = json!({"why": "please send 40 pz of B-12, urgent", "sku": "B-12", "qty": 40,
+            "text": "40 pz", "urgency": "urgent"});
+        // Another quoted line, a label the text does not state, nulls: a repeat.
+        let pad = json!({"why": "Ship to Via Roma 3", "sku": "B-12", "qty": null, "text": null,
+            "urgency": "unstated"});
+        assert!(g.repeats_row(&pad, std::slice::from_ref(&first)));
+        // Another code, or another quantity: a row of its own.
+        let other = json!({"why": "x", "sku": "B-13", "qty": null, "text": null});
+        assert!(!g.repeats_row(&other, std::slice::from_ref(&first)));
+        let more = json!({"sku": "B-12", "qty": 5});
+        assert!(!g.repeats_row(&more, std::slice::from_ref(&first)));
+        // Nothing identifying in common: no repeat.
+        assert!(!g.repeats_row(&json!({"qty": null}), std::slice::from_ref(&first)));
+        // Free decoding: the array ends before the first repeat; the signature's name
+        // is no value ("Anna" is only in the signature).
+        let mut v = json!({"rows": [first, pad, other]});
+        let (nulled, dropped) = g.apply_all(&mut v);
+        assert_eq!(dropped, ["/rows/1", "/rows/2"]);
+        assert!(nulled.is_empty());
+        assert_eq!(v["rows"].as_array().unwrap().len(), 1);
+        // Only with --grounded.
+        let marked = json!({"type": "object", "properties": {"rows": {"type": "array", "items": {
+            "type": "object", "properties": {"t": {"type": ["string", "null"], "x-formwork-grounded": true}}}}}});
+        let g = Grounding::new(&marked, None, doc).unwrap();
+        assert!(!g.judges_rows());
     }
 
     fn booking() -> Value {
@@ -739,7 +1026,8 @@ mod tests {
         assert_eq!(grounded_fields(&booking(), false), (vec![], vec![]));
         let doc = "book a brasserie on march sixth, 2038 for eight";
         let g = Grounding::new(&booking(), Some(GroundMode::Stated), doc).unwrap();
-        let none = || std::iter::empty::<&str>();
+        let none = || std::iter::empty::<(&str, &str)>();
+        let no_days = || std::iter::empty::<&str>();
         assert!(g.judge("/date", "2038-03-06", none()));
         assert!(
             !g.judge("/date", "2038-06-03", none()),
@@ -757,15 +1045,22 @@ mod tests {
         assert_eq!(v["date"], "2038-03-06");
         assert_eq!(v["due"], "2000-01-01", "not nullable, never grounded");
         // Null is refused where a stated day is not yet held by an earlier value.
-        assert!(g.refuses_null("/date", none()));
+        assert!(g.refuses_null("/date", no_days()));
         assert!(!g.refuses_null("/date", ["2038-03-06"].into_iter()));
-        assert!(!g.refuses_null("/time_range", none()));
+        assert!(!g.refuses_null("/time_range", no_days()));
         let g = Grounding::new(&booking(), Some(GroundMode::Stated), "book on jun. 2").unwrap();
-        assert!(!g.refuses_null("/date", none()), "no year: no day stated");
+        assert!(
+            !g.refuses_null("/date", no_days()),
+            "no year: no day stated"
+        );
         assert!(!g.judge("/date", "2024-06-02", none()));
         // Distinct: one stated day, one field.
         let g = Grounding::new(&booking(), Some(GroundMode::Distinct), doc).unwrap();
-        assert!(!g.judge("/until", "2038-03-06", ["2038-03-06"].into_iter()));
+        assert!(!g.judge(
+            "/until",
+            "2038-03-06",
+            [("/date", "2038-03-06")].into_iter()
+        ));
     }
 
     #[test]

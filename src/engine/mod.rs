@@ -223,6 +223,10 @@ pub struct Extraction {
     /// Grounded strings the document does not state, written `null` instead (masked:
     /// taken back while decoding; free: replaced in the parsed value).
     pub grounded_nulls: usize,
+    /// With `--grounded`: rows of an array that repeated an earlier row and were
+    /// dropped (masked: the array was closed before them while decoding; free: the
+    /// parsed array was cut there).
+    pub rows_dropped: usize,
     /// Spans fed by jump-forward, and how many are not the tokenizer's own encoding
     /// of the output text at that place.
     pub forced_spans: usize,
@@ -364,6 +368,7 @@ impl Engine {
             lookaheads: 0,
             lookahead_null_wins: 0,
             grounded_nulls: 0,
+            rows_dropped: 0,
             forced_spans: 0,
             forced_spans_noncanonical: 0,
             noncanonical: false,
@@ -624,6 +629,7 @@ impl Engine {
         ex.lookaheads += out.stats.lookaheads;
         ex.lookahead_null_wins += out.stats.lookahead_null_wins;
         ex.grounded_nulls += out.stats.grounded_nulls;
+        ex.rows_dropped += out.stats.rows_dropped;
         ex.forced_spans += out.stats.forced_spans;
         ex.forced_spans_noncanonical += out.stats.forced_spans_noncanonical;
         ex.noncanonical = out.stats.noncanonical;
@@ -731,13 +737,20 @@ fn ground_free(
         return;
     };
     let mut nulled = v.clone();
-    let changed = g.apply(&mut nulled);
-    if changed.is_empty() {
+    let (changed, dropped) = g.apply_all(&mut nulled);
+    if changed.is_empty() && dropped.is_empty() {
         return;
     }
     if let Verdict::Valid(v) = schema.validator.check(&nulled.to_string()) {
         ex.value = Some(v);
         ex.grounded_nulls += changed.len();
+        ex.rows_dropped += dropped.len();
+        // The dropped rows' values are gone, and so is their confidence.
+        ex.confidence.retain(|p, _| {
+            !dropped
+                .iter()
+                .any(|d| p == d || p.starts_with(&format!("{d}/")))
+        });
         // As in masked decoding: 1 minus the probability of the value taken back.
         for p in &changed {
             if let Some(c) = ex.confidence.get_mut(p) {

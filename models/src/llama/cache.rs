@@ -70,6 +70,20 @@ impl LayerCache {
         }
     }
 
+    /// Keeps the first `values` values of keys and of values (a shorter cache).
+    pub(super) fn truncate(&mut self, values: usize) {
+        match self {
+            Self::F32 { k, v } => {
+                k.truncate(values);
+                v.truncate(values);
+            }
+            Self::F16 { k, v } => {
+                k.truncate(values);
+                v.truncate(values);
+            }
+        }
+    }
+
     pub(super) fn clear(&mut self) {
         match self {
             Self::F32 { k, v } => {

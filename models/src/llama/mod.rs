@@ -188,6 +188,26 @@ impl ModelWeights {
         self.len
     }
 
+    /// Forgets every position from `len` on, as if only the first `len` had been fed.
+    /// False (nothing changed) when the cache holds fewer than `len`.
+    pub fn truncate_kv_cache(&mut self, len: usize) -> bool {
+        if len > self.len {
+            return false;
+        }
+        if len == 0 {
+            self.clear_kv_cache();
+            return true;
+        }
+        let held = self.len;
+        for c in &mut self.cache {
+            // Every layer keeps every position: its width is its values per position.
+            let width = c.values() / held;
+            c.truncate(len * width);
+        }
+        self.len = len;
+        true
+    }
+
     pub fn clear_kv_cache(&mut self) {
         for c in &mut self.cache {
             c.clear();

@@ -1,7 +1,9 @@
 //! Grounding take-backs in the masked loop: handed the output as it grows, it keeps a
 //! model snapshot and matcher clone before each value that may be grounded, judges
 //! each grounded string when it closes, and on one the document does not state goes
-//! back and writes `null` in its place.
+//! back and writes `null` in its place. With `--grounded` it also judges each object
+//! row of an array as it closes, and on one that repeats an earlier row goes back to
+//! the end of the row before and closes the array there.
 
 use formwork_grammar::matcher::Matcher;
 use formwork_models::runtime::LanguageModel;
@@ -21,12 +23,30 @@ struct Checkpoint {
     ranges: usize,
 }
 
+/// A place in the loop to go back to by truncating the model's KV cache (no
+/// snapshot): taken at every decision point inside an array when rows are judged.
+#[derive(Clone)]
+struct Mark {
+    matcher: Matcher,
+    pos: usize,
+    tokens: usize,
+    bytes: usize,
+    ranges: usize,
+}
+
 /// The loop's grounding: the checkpoint before the value being written, and how far
 /// the output's strings have been judged. Inert without grounded fields.
 pub(super) struct Grounder<'a> {
     g: Option<&'a Grounding>,
     checkpoint: Option<Checkpoint>,
     judged: usize,
+    /// The mark of the latest decision point.
+    last_mark: Option<Mark>,
+    /// The latest mark at or before the end of the last row that closed: where a row
+    /// that repeats an earlier one is taken back to.
+    row_mark: Option<Mark>,
+    /// Rows judged so far (their count in the scan).
+    rows_judged: usize,
 }
 
 impl<'a> Grounder<'a> {
@@ -36,6 +56,9 @@ impl<'a> Grounder<'a> {
             g,
             checkpoint: None,
             judged: 0,
+            last_mark: None,
+            row_mark: None,
+            rows_judged: 0,
         }
     }
 
@@ -63,6 +86,22 @@ impl<'a> Grounder<'a> {
     ) {
         let Some(g) = self.g else { return };
         let s = ground::scan(&out.bytes);
+        if g.judges_rows() {
+            // The previous decision point lies at or before the end of the last row
+            // that closed since: the place to go back to if the next row repeats.
+            if let (Some(m), Some(row)) = (self.last_mark.take(), s.items.last()) {
+                if m.bytes <= row.end && self.row_mark.as_ref().is_none_or(|r| r.bytes < m.bytes) {
+                    self.row_mark = Some(m);
+                }
+            }
+            self.last_mark = s.in_array.then(|| Mark {
+                matcher: matcher.clone(),
+                pos,
+                tokens: out.tokens.len(),
+                bytes: out.bytes.len(),
+                ranges: out.forced_ranges.len(),
+            });
+        }
         let worth = match (&s.next_value, &s.before_value_in) {
             (Some(p), _) => g.covers(p),
             (None, Some(c)) => g.covers_inside(c),
@@ -103,10 +142,11 @@ impl<'a> Grounder<'a> {
             .enumerate()
             .filter(|(_, s)| s.end > since)
         {
+            // Every earlier string counts for `distinct`, grounded or not: one
+            // quotation fills one field.
             let earlier = scan.strings[..i]
                 .iter()
-                .filter(|e| g.covers(&e.pattern))
-                .map(|e| e.value.as_str());
+                .map(|e| (e.pattern.as_str(), e.value.as_str()));
             if !g.covers(&s.pattern) || g.judge(&s.pattern, &s.value, earlier) {
                 continue;
             }
@@ -153,6 +193,98 @@ impl<'a> Grounder<'a> {
             let logits = out.forward(model.as_mut(), &replay, pos)?;
             out.stats.grounded_nulls += 1;
             self.judged = out.bytes.len();
+            self.forget_after(cp.bytes, out);
+            return Ok(Some(logits));
+        }
+        self.back_row(model.as_mut(), codec, matcher, pos, out, &scan)
+    }
+
+    /// After a take-back to `len` bytes: forgets the marks past it, and counts the
+    /// rows of the new text as judged (those before `len` were; the replay closes
+    /// none that was not).
+    fn forget_after(&mut self, len: usize, out: &DecodeOutput) {
+        if self.last_mark.as_ref().is_some_and(|m| m.bytes > len) {
+            self.last_mark = None;
+        }
+        if self.row_mark.as_ref().is_some_and(|m| m.bytes > len) {
+            self.row_mark = None;
+        }
+        if self.g.is_some_and(|g| g.judges_rows()) {
+            self.rows_judged = ground::scan(&out.bytes).items.len();
+        }
+    }
+
+    /// Judges the object rows closed since the last call ([`Grounding::repeats_row`]).
+    /// On one that repeats an earlier row of its array: truncates the model's cache
+    /// to the row mark, writes the text from there to the end of the row before and
+    /// `]`, and returns the logits after them. `None`: nothing taken back.
+    fn back_row(
+        &mut self,
+        model: &mut dyn LanguageModel,
+        codec: &dyn Codec,
+        matcher: &mut Matcher,
+        pos: &mut usize,
+        out: &mut DecodeOutput,
+        scan: &ground::Scan,
+    ) -> formwork_models::Result<Option<Vec<f32>>> {
+        let Some(g) = self.g.filter(|g| g.judges_rows()) else {
+            return Ok(None);
+        };
+        while self.rows_judged < scan.items.len() {
+            let k = self.rows_judged;
+            self.rows_judged += 1;
+            let row = &scan.items[k];
+            let earlier: Vec<&ground::Item> = scan.items[..k]
+                .iter()
+                .filter(|e| e.array == row.array)
+                .collect();
+            let Some(prev) = earlier.last() else { continue };
+            let parse = |it: &ground::Item| {
+                serde_json::from_slice::<serde_json::Value>(&out.bytes[it.start..it.end]).ok()
+            };
+            let (Some(this), Some(before)) = (
+                parse(row),
+                earlier.iter().map(|e| parse(e)).collect::<Option<Vec<_>>>(),
+            ) else {
+                continue;
+            };
+            if !g.repeats_row(&this, &before) {
+                continue;
+            }
+            let end = prev.end;
+            let Some(mark) = self.row_mark.clone().filter(|m| m.bytes <= end) else {
+                out.stats.rows_kept += 1;
+                continue;
+            };
+            let mut text = out.bytes[mark.bytes..end].to_vec();
+            text.push(b']');
+            let replay = std::str::from_utf8(&text)
+                .ok()
+                .map(|t| codec.encode(t))
+                .unwrap_or_default();
+            let mut m = mark.matcher.clone();
+            let ok = !replay.is_empty()
+                && replay
+                    .iter()
+                    .all(|&t| m.is_allowed(t) && m.commit(t).is_ok());
+            if !ok || !model.truncate(mark.pos) {
+                out.stats.rows_kept += 1;
+                continue;
+            }
+            *matcher = m;
+            let probs = &mut out.probs;
+            probs.chosen.retain(|c| c.at < mark.bytes);
+            probs.odds.retain(|o| o.at < mark.bytes);
+            out.tokens.truncate(mark.tokens);
+            out.bytes.truncate(mark.bytes);
+            out.forced_ranges.truncate(mark.ranges);
+            out.push(codec, &replay, false, true);
+            *pos = mark.pos;
+            let logits = out.forward(model, &replay, pos)?;
+            out.stats.rows_dropped += 1;
+            self.judged = out.bytes.len();
+            self.checkpoint = self.checkpoint.take().filter(|c| c.bytes <= mark.bytes);
+            self.forget_after(mark.bytes, out);
             return Ok(Some(logits));
         }
         Ok(None)

@@ -39,6 +39,12 @@ pub struct DecodeStats {
     /// (not those the lookahead decided), in order.
     pub null_decisions: Vec<NullDecision>,
     /// Grounded strings the document does not state, taken back and written `null`.
+    /// Rows of an array that repeated an earlier row, taken back (the array closed
+    /// before them; [`crate::engine::ground::Grounding::repeats_row`]).
+    pub rows_dropped: usize,
+    /// Such rows that could not be taken back (no mark before them, the schema wants
+    /// more rows, or the model cannot truncate its cache).
+    pub rows_kept: usize,
     pub grounded_nulls: usize,
     /// Grounded strings that failed but could not be taken back (no snapshot before
     /// them, or the grammar refused `null` there); they stay in the output.
