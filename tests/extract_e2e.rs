@@ -676,6 +676,99 @@ fn readme_command_1_extracts_the_order_email_right() {
     );
 }
 
+/// README command 1 on e-mails it has never seen (benches/order_emails, issue 33):
+/// e05 signs with a name and gives no billing client, e14 and e27 are one-item orders
+/// the model pads with a second row, e21 closes with "Un abbraccio, Nicola". Each must
+/// come back wholly right: the rows (code, quantity, urgency), address and billing.
+#[test]
+fn readme_command_1_is_right_on_new_order_emails() {
+    let Some(home) = common::home_with_qwen() else {
+        return;
+    };
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let all = std::fs::read_to_string(root.join("benches/order_emails/emails.jsonl")).unwrap();
+    let picked: Vec<Value> = all
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| ["e05", "e14", "e21", "e27"].contains(&e["id"].as_str().unwrap()))
+        .collect();
+    assert_eq!(picked.len(), 4);
+    let dir = std::env::temp_dir().join(format!("formwork-emails-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("in.jsonl");
+    let lines: Vec<String> = picked
+        .iter()
+        .map(|e| serde_json::json!({"id": e["id"], "text": e["text"]}).to_string())
+        .collect();
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let output = dir.join("out.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_formwork"))
+        .env("FORMWORK_HOME", &home)
+        .env_remove("FORMWORK_MODEL")
+        .env("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0")
+        .args([
+            "extract",
+            "--quiet",
+            "--parallel",
+            "2",
+            "--shots",
+            "all",
+            "--schema",
+        ])
+        .arg(examples().join("order_email.schema.json"))
+        .arg("--examples")
+        .arg(examples().join("order_email.examples.jsonl"))
+        .arg("--jsonl")
+        .arg(&input)
+        .arg("--out")
+        .arg(&output)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: Vec<Value> = std::fs::read_to_string(&output)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let fold = |v: &Value| -> Value {
+        match v.as_str() {
+            Some(s) => s
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .to_lowercase()
+                .into(),
+            None => v.clone(),
+        }
+    };
+    for (gold, rec) in picked.iter().zip(&got) {
+        assert_eq!(gold["id"], rec["id"]);
+        let (want, v) = (&gold["expected"], &rec["value"]);
+        let key = |r: &Value| {
+            (
+                fold(&r["sku_grezzo"]),
+                r["quantita"].clone(),
+                r["urgenza"].clone(),
+            )
+        };
+        let rows = |x: &Value| {
+            x["righe"]
+                .as_array()
+                .map(|a| a.iter().map(key).collect::<Vec<_>>())
+        };
+        assert_eq!(rows(v), rows(want), "{}: rows of {v}", gold["id"]);
+        for f in ["indirizzo_spedizione", "cliente_fatturazione"] {
+            assert_eq!(fold(&v[f]), fold(&want[f]), "{}: {f} of {v}", gold["id"]);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The grounded strings of `schema` in `value` that `doc` does not state.
 fn not_stated(schema: &Value, value: &Value, doc: &str) -> Vec<String> {
     let g = formwork::engine::ground::Grounding::new(

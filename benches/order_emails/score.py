@@ -161,7 +161,7 @@ def run_formwork(args, emails):
             f.write(json.dumps({"id": e["id"], "text": e["text"]}, ensure_ascii=False) + "\n")
     if os.path.exists(out):
         os.remove(out)
-    cmd = [args.formwork, "extract", "--jsonl", inp, "--out", out, "--schema", SCHEMA,
+    cmd = [args.formwork, "extract", "--jsonl", inp, "--out", out, "--schema", args.schema,
            "--examples", EXAMPLES, "--model", args.model, "--parallel", str(args.parallel),
            "--quiet"] + args.extra
     print("$ " + " ".join(cmd), file=sys.stderr)
@@ -180,6 +180,7 @@ def main():
     ap.add_argument("--run", action="store_true", help="run formwork first")
     ap.add_argument("--formwork", default=os.path.join("target", "release", "formwork"))
     ap.add_argument("--model", default="qwen2.5-coder-0.5b")
+    ap.add_argument("--schema", default=SCHEMA, help="the schema (README command 1's by default)")
     ap.add_argument("--parallel", type=int, default=2)
     ap.add_argument("--out", required=True, help="folder for report.md and report.json")
     ap.add_argument("--label", default="", help="a line for the report's heading")
