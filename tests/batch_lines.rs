@@ -17,8 +17,8 @@ fn record(id: &str, text: &str) -> Item {
     }
 }
 
-// See: issue 17 ("a batch whose input has one line with an invalid UTF-8 byte stops at
-// once"). The line becomes an error record under `line:N`, and the lines after it run.
+// A regression: a batch whose input had one line with an invalid UTF-8 byte stopped at
+// once. The line becomes an error record under `line:N`, and the lines after it run.
 #[test]
 fn batch_line_with_invalid_utf8_is_an_error_record_and_the_batch_goes_on() {
     let input = lines(&[
@@ -45,8 +45,8 @@ fn batch_line_with_invalid_utf8_is_an_error_record_and_the_batch_goes_on() {
     assert_eq!(items[2], record("c", "three"));
 }
 
-// See: issue 17 ("a second input line with an id already seen in the same run is
-// silently dropped"). It is an error record, counted as a duplicate.
+// A regression: a second input line with an id already seen in the same run was
+// silently dropped. It is an error record, counted as a duplicate.
 #[test]
 fn batch_second_line_with_a_seen_id_is_a_duplicate_id_error() {
     let input = lines(&[

@@ -676,7 +676,7 @@ fn readme_command_1_extracts_the_order_email_right() {
     );
 }
 
-/// README command 1 on e-mails it has never seen (benches/order_emails, issue 33):
+/// README command 1 on e-mails it has never seen (benches/order_emails):
 /// e05 signs with a name and gives no billing client, e14 and e27 are one-item orders
 /// the model pads with a second row, e21 closes with "Un abbraccio, Nicola". Each must
 /// come back wholly right: the rows (code, quantity, urgency), address and billing.

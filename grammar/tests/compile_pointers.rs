@@ -24,7 +24,7 @@ fn pointer(e: &CompileError) -> &str {
     }
 }
 
-// See: issue 17 ("an oversized `pattern` is reported at "#" rather than at /pattern").
+// A regression: an oversized `pattern` was reported at "#" rather than at /pattern.
 #[test]
 fn oversized_pattern_is_reported_at_its_keyword_pointer() {
     let e = compile(
