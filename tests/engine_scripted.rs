@@ -1045,6 +1045,40 @@ fn distinct_grounding_gives_one_quotation_to_the_first_field_only() {
     fed_all_but_last(&out, &last);
 }
 
+#[test]
+fn a_date_the_document_states_may_not_be_null() {
+    // The model prefers `null` at the date, and would write the stated day otherwise.
+    let schema = json!({"type": "object", "properties": {
+        "d": {"anyOf": [{"type": "string", "format": "date"}, {"type": "null"}]}},
+        "required": ["d"], "additionalProperties": false});
+    let bytes = ByteCodec::new().bytes;
+    let model = move || {
+        let bytes = bytes.clone();
+        ScriptedModel::new(move |h: &[u32]| {
+            let text = output_text(&bytes, h);
+            if text == r#"{"d":"# {
+                return prefer(&[b'n' as u32, b'"' as u32]);
+            }
+            let want = if text.starts_with(r#"{"d":n"#) { r#"{"d":null}"# } else { r#"{"d":"2038-03-06"}"# };
+            let next = want.as_bytes().get(text.len()).copied().unwrap_or(b'}');
+            prefer(&[next as u32, b'}' as u32])
+        })
+    };
+    let codec = ByteCodec::new();
+    // The document states a day no earlier field holds: null is refused, the day stands.
+    let (text, out, last) = grounded_run(&schema, model(), &codec, "book for march sixth, 2038");
+    assert_eq!(text, r#"{"d":"2038-03-06"}"#);
+    assert_eq!(out.stats.grounded_nulls, 0);
+    // The stated day's tail is forced, so the model is not asked about it; what it was
+    // fed is the prompt and the output's start, in order.
+    let mut fed: Vec<u32> = PROMPT.iter().map(|&b| b as u32).collect();
+    fed.extend_from_slice(&out.tokens);
+    assert!(fed.starts_with(&last), "{last:?}");
+    // No day stated: the model's null stands.
+    let (text, _, _) = grounded_run(&schema, model(), &codec, "book a table soon");
+    assert_eq!(text, r#"{"d":null}"#);
+}
+
 fn rows_schema(min_items: usize) -> Value {
     json!({"type": "object", "properties": {
         "rows": {"type": "array", "minItems": min_items, "items": {"type": "object", "properties": {
