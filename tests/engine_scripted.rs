@@ -1059,7 +1059,11 @@ fn a_date_the_document_states_may_not_be_null() {
             if text == r#"{"d":"# {
                 return prefer(&[b'n' as u32, b'"' as u32]);
             }
-            let want = if text.starts_with(r#"{"d":n"#) { r#"{"d":null}"# } else { r#"{"d":"2038-03-06"}"# };
+            let want = if text.starts_with(r#"{"d":n"#) {
+                r#"{"d":null}"#
+            } else {
+                r#"{"d":"2038-03-06"}"#
+            };
             let next = want.as_bytes().get(text.len()).copied().unwrap_or(b'}');
             prefer(&[next as u32, b'}' as u32])
         })

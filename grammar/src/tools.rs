@@ -15,7 +15,8 @@
 //! `parameters` (its own automaton, so compact JSON with no raw newline). The call
 //! wrapper is the Hermes form Qwen2.5's chat template writes (`<tool_call>` is one token
 //! of its vocabulary). No line of free text may begin (after any indent) with `{`, `[`,
-//! `<` or a backtick, and the text may not begin with whitespace; a `<` at the very
+//! `<` or a backtick (only `<` when no call is possible, as with `tool_choice: none`),
+//! and the text may not begin with whitespace; a `<` at the very
 //! start of a line is the opener of a call (when calls are allowed). So a call the model
 //! begins, a bare `{"name"`, a code fence or a tag, can only be a real one, and text
 //! the model writes before its calls ("Here are the calls:") is the turn's content. A
@@ -42,7 +43,10 @@ pub const CALL_SEP: u8 = b'\n';
 
 /// The first bytes free text may not start with (see the module docs).
 pub const TEXT_FORBIDDEN_START: &[u8] = b"{[<` \t\n\r";
-/// The bytes no line of free text may begin with, after any indent.
+/// The first bytes free text may not start with when no call is possible.
+pub const NO_CALL_TEXT_FORBIDDEN_START: &[u8] = b"< \t\n\r";
+/// The bytes no line of free text may begin with, after any indent (`<` alone when no
+/// call is possible).
 pub const LINE_FORBIDDEN_START: &[u8] = b"{[<`";
 
 /// A tool the turn may call.
@@ -241,11 +245,27 @@ impl ToolTurn {
         &self.tools[tool as usize].parameters
     }
 
+    /// The bytes free text may not start with.
+    fn text_held_at_start(&self) -> &'static [u8] {
+        if self.may_call(0) {
+            TEXT_FORBIDDEN_START
+        } else {
+            NO_CALL_TEXT_FORBIDDEN_START
+        }
+    }
+
     /// One byte of free text at `line`.
     fn text_step(&self, line: Line, b: u8) -> Option<TurnState> {
         match (line, b) {
             (Line::Start, b'<') if self.may_call(0) => Some(TurnState::Open { pos: 1, calls: 0 }),
-            (Line::Start | Line::Indent, b) if LINE_FORBIDDEN_START.contains(&b) => None,
+            // With no call possible (`tool_choice: none`), only `<` is held back: code,
+            // JSON and lists are ordinary text then, and a line still cannot open a
+            // call-like tag that a client would read as a leaked call.
+            (Line::Start | Line::Indent, b)
+                if LINE_FORBIDDEN_START.contains(&b) && (self.may_call(0) || b == b'<') =>
+            {
+                None
+            }
             (_, b'\n') => Some(TurnState::Text(Line::Start)),
             (Line::Start | Line::Indent, b' ' | b'\t' | b'\r') => {
                 Some(TurnState::Text(Line::Indent))
@@ -280,7 +300,7 @@ impl ByteAutomaton for ToolTurn {
                 }
                 match &self.answer {
                     FinalAnswer::None => None,
-                    FinalAnswer::Text => (!TEXT_FORBIDDEN_START.contains(&b))
+                    FinalAnswer::Text => (!self.text_held_at_start().contains(&b))
                         .then(|| self.text_step(Line::Start, b))
                         .flatten(),
                     FinalAnswer::Json(a) => a.step(&a.start(), b).map(Answer),
@@ -514,7 +534,7 @@ impl ByteAutomaton for ToolTurn {
                     FinalAnswer::None => {}
                     FinalAnswer::Text => {
                         for b in 0..=255u8 {
-                            if !TEXT_FORBIDDEN_START.contains(&b) {
+                            if !self.text_held_at_start().contains(&b) {
                                 add(&mut set, b);
                             }
                         }
@@ -663,6 +683,17 @@ mod tests {
         assert!(run(&none, "<").is_none());
         assert!(run(&none, "a\n<").is_none());
         assert!(accepts(&none, "a <b>"));
+        // Code, JSON and lists are text when no call can be made.
+        for ok in [
+            "```python\nprint(1)\n```",
+            "{\"a\": 1}",
+            "[1, 2]",
+            "Here:\n  {x}\n- `y`",
+        ] {
+            assert!(accepts(&none, ok), "{ok:?}");
+        }
+        assert!(run(&none, " hi").is_none());
+        assert!(run(&none, "a\n  <tool_call>").is_none());
         assert!(matches!(
             ToolTurn::new(vec![], FinalAnswer::None, 1, 1),
             Err(ToolTurnError::Empty)
@@ -698,6 +729,7 @@ mod tests {
             ToolTurn::new(tools(), FinalAnswer::Text, 0, u16::MAX).unwrap(),
             ToolTurn::new(tools(), FinalAnswer::Json(ans), 0, 2).unwrap(),
             ToolTurn::new(tools(), FinalAnswer::None, 1, 1).unwrap(),
+            ToolTurn::new(tools(), FinalAnswer::Text, 0, 0).unwrap(),
         ];
         let mut rng = crate::sample::SplitRng::new(7);
         for t in &cases {
