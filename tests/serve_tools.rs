@@ -495,6 +495,13 @@ fn every_tools_error_is_a_400_naming_its_parameter() {
             "unsupported_schema_keyword",
             "tools[0].function.parameters",
         ),
+        // Over a compile limit: 17 x 17 object alternatives, over the limit of 256.
+        (
+            json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"allOf": (["a", "b"].map(|p|
+                json!({"anyOf": (0..17).map(|i| json!({"type": "object", "required": [format!("{p}{i}")]})).collect::<Vec<_>>()})))}}}]}),
+            "schema_too_complex",
+            "tools[0].function.parameters",
+        ),
         (
             json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]}),
             "invalid_function_parameters",

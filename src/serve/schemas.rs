@@ -151,7 +151,13 @@ fn compile(
 /// The 400 for a schema the grammar refuses: the keyword and its JSON Pointer, or
 /// the limit and the value.
 pub fn compile_error(name: &str, e: CompileError) -> ApiError {
-    let p = prefix(name);
+    schema_error(&prefix(name), "response_format", "invalid_schema", e)
+}
+
+/// A schema the grammar cannot compile, at `param`: the keyword and JSON Pointer of what
+/// it does not support, the limit it is over, or else `code` with the compiler's words.
+fn schema_error(p: &str, param: &str, code: &'static str, e: CompileError) -> ApiError {
+    let at = |pointer: &str| if pointer.is_empty() { "" } else { pointer }.to_string();
     match e {
         CompileError::Unsupported {
             keyword,
@@ -159,10 +165,10 @@ pub fn compile_error(name: &str, e: CompileError) -> ApiError {
             why,
         } => ApiError::bad(
             "unsupported_schema_keyword",
-            "response_format",
+            param,
             format!(
                 "{p} keyword '{keyword}' at JSON Pointer '{}' is not supported: {why}",
-                if pointer.is_empty() { "" } else { &pointer }
+                at(&pointer)
             ),
         ),
         CompileError::Limit {
@@ -172,7 +178,7 @@ pub fn compile_error(name: &str, e: CompileError) -> ApiError {
             pointer,
         } => ApiError::bad(
             "schema_too_complex",
-            "response_format",
+            param,
             format!(
                 "{p} the schema is too complex: {what} {given} is over the limit of {limit}{}",
                 if pointer.is_empty() {
@@ -182,7 +188,7 @@ pub fn compile_error(name: &str, e: CompileError) -> ApiError {
                 }
             ),
         ),
-        other => ApiError::bad("invalid_schema", "response_format", format!("{p} {other}")),
+        other => ApiError::bad(code, param, format!("{p} {other}")),
     }
 }
 
@@ -284,18 +290,7 @@ fn tools_error(tools: &[ToolDef], e: ToolsError) -> ApiError {
         ToolsError::Parameters { index, name, error } => {
             let param = format!("tools[{index}].function.parameters");
             let p = format!("Invalid schema for function '{}' ('{param}'):", quote(&name));
-            match error {
-                CompileError::Unsupported {
-                    keyword,
-                    pointer,
-                    why,
-                } => ApiError::bad(
-                    "unsupported_schema_keyword",
-                    param,
-                    format!("{p} keyword '{keyword}' at JSON Pointer '{pointer}' is not supported: {why}"),
-                ),
-                other => ApiError::bad("invalid_function_parameters", param, format!("{p} {other}")),
-            }
+            schema_error(&p, &param, "invalid_function_parameters", error)
         }
         ToolsError::Invalid {
             index,
