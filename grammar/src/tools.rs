@@ -32,6 +32,8 @@ use crate::automaton::{ByteAutomaton, PlainKey};
 use crate::compile::machine::State as JsonState;
 use crate::compile::Automaton;
 
+/// The tag that opens a call: one token in Qwen2.5's vocabulary.
+pub const CALL_TAG: &str = "<tool_call>";
 /// What opens a call, up to the first byte of the name.
 pub const CALL_OPEN: &[u8] = b"<tool_call>\n{\"name\": \"";
 /// Between the name and the arguments.
@@ -198,6 +200,7 @@ impl ToolTurn {
         // The separator and the opener as one literal: "\n<tool_call>..." after a call.
         const SEP_OPEN: &[u8] = b"\n<tool_call>\n{\"name\": \"";
         debug_assert_eq!(&SEP_OPEN[1..], CALL_OPEN);
+        debug_assert!(CALL_OPEN.starts_with(CALL_TAG.as_bytes()));
         debug_assert_eq!(SEP_OPEN[0], CALL_SEP);
         if calls == 0 {
             CALL_OPEN

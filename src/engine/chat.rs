@@ -253,12 +253,7 @@ impl Engine {
             return r.clone();
         }
         let tok = &self.loaded.tokenizer;
-        let opener = std::str::from_utf8(formwork_grammar::tools::CALL_OPEN)
-            .unwrap_or("<")
-            .split('\n')
-            .next()
-            .unwrap_or("<");
-        let to = [opener, "<"]
+        let to = [formwork_grammar::tools::CALL_TAG, "<"]
             .iter()
             .find_map(|t| {
                 self.trie
