@@ -335,24 +335,18 @@ pub fn write_family(
     };
     let layers = layers.unwrap_or(family.layers);
     if layers == 0 || layers > family.layers {
-        return Err(file_err(
-            out,
-            format!(
-                "--layers {layers}: {} has 1 to {} layers",
-                family.name, family.layers
-            ),
-        ));
+        return Err(ModelError::Candle(candle_core::Error::Msg(format!(
+            "--layers {layers}: {} has 1 to {} layers",
+            family.name, family.layers
+        ))));
     }
     let block = qtype.block_size();
     for cols in [family.hidden, family.heads * family.head_dim, family.ffn] {
         if cols % block != 0 {
-            return Err(file_err(
-                out,
-                format!(
-                    "{qtype:?} needs rows of a multiple of {block} values, and {} has rows of {cols}",
-                    family.name
-                ),
-            ));
+            return Err(ModelError::Candle(candle_core::Error::Msg(format!(
+                "{qtype:?} needs rows of a multiple of {block} values, and {} has rows of {cols}",
+                family.name
+            ))));
         }
     }
     let (h, q, kv, ffn) = (
