@@ -8,6 +8,8 @@
 //! (`$FORMWORK_HOME/models/...`, FORMWORK_HOME defaulting to `~/.cache/formwork`); when the
 //! file is absent the test says SKIPPED and passes.
 
+mod common;
+
 use std::fs::File;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -305,18 +307,10 @@ fn stream_holds_back_split_characters() {
 /// `llama-tokenize` on the same file.
 #[test]
 fn llama_bpe_matches_llama_cpp() {
-    let dir = match std::env::var_os("FORMWORK_LLAMACPP_VOCAB") {
-        Some(d) => PathBuf::from(d),
-        None => formwork_home().join("llamacpp/llama_cpp_python-0.3.36/vendor/llama.cpp/models"),
+    let Some(dir) = common::llamacpp_vocab_dir() else {
+        return;
     };
     let path = dir.join("ggml-vocab-llama-bpe.gguf");
-    if !path.exists() {
-        eprintln!(
-            "SKIPPED: {} is absent; run scripts/llamacpp-vocab",
-            path.display()
-        );
-        return;
-    }
     let tok = GgufTokenizer::from_file(&path).unwrap_or_else(|e| panic!("{e}"));
     let golden = check_parity("llama-bpe", &tok);
     check_plain("llama-bpe", &tok, &golden);
