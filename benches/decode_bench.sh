@@ -5,6 +5,9 @@
 #
 #   benches/decode_bench.sh [MODEL...]          # default: smollm2-135m gemma3-270m
 #
+# A MODEL is a registry name or a path to a .gguf file (such as one written by
+# `formwork models synth --family`).
+#
 # Environment:
 #   LLAMA_BENCH  path to llama.cpp's own `llama-bench` binary. When set, the llama.cpp rows
 #              come from it (`-p PROMPT_TOKENS -n 128 -t THREADS -r RUNS`, mean tokens/s)
@@ -41,12 +44,12 @@ model_path() { # registry name -> file, from `formwork models list`
 printf '| model | engine | threads | prompt tok | prefill tok/s | decode tok/s | peak RSS MB |\n'
 printf '|---|---|---|---|---|---|---|\n'
 for model in "${MODELS[@]}"; do
-  path="$(model_path "$model")"
+  if [ -f "$model" ]; then path="$model"; else path="$(model_path "$model")"; fi
   if [ ! -f "$path" ]; then echo "| $model | (absent: formwork models fetch $model) |||||" ; continue; fi
   for t in $THREADS; do
     best_pre=0; best_dec=0; rss=0; ptok=0
     for _ in $(seq "$RUNS"); do
-      err="$( { /usr/bin/time -v "$BIN" generate --model "$model" --prompt "$PROMPT" \
+      err="$( { /usr/bin/time -v "$BIN" generate --model "$path" --prompt "$PROMPT" \
                 --max-tokens $GEN --ignore-eos --verbose --threads "$t" >/dev/null; } 2>&1 )"
       pre=$(sed -n 's/^prefill: \([0-9]*\) tokens .* = \([0-9.]*\) tok\/s/\2/p' <<<"$err")
       ptok=$(sed -n 's/^prefill: \([0-9]*\) tokens .*/\1/p' <<<"$err")

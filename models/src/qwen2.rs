@@ -1,6 +1,6 @@
-//! Qwen2 / Qwen2.5 from a GGUF file, in candle's model-file shape: a `Config` read
-//! from the `qwen2.*` metadata, `ModelWeights::from_gguf`, `forward(input, index_pos)`
-//! and `clear_kv_cache()`.
+//! Qwen2 / Qwen2.5 and Qwen3 from a GGUF file, in candle's model-file shape: a `Config`
+//! read from the `qwen2.*` or `qwen3.*` metadata, `ModelWeights::from_gguf`,
+//! `forward(input, index_pos)` and `clear_kv_cache()`.
 //!
 //! candle-transformers 0.11.1 has `quantized_qwen2`, and it computes the same thing,
 //! but its `ModelWeights` is not `Clone` and its fields are private, so it cannot give
@@ -10,13 +10,14 @@
 //! RoPE tables that grow on demand instead of covering all 32,768 positions, and a
 //! forward that may roll the cache back to an earlier `index_pos`.
 //!
-//! One layer, as llama.cpp computes it (`llm_build_qwen2`):
+//! One layer, as llama.cpp computes it (`llm_build_qwen2`, `llm_build_qwen3`):
 //!
 //! ```text
 //! x = embed(ids)
 //! per layer:  h = rms(x, attn_norm)
-//!             q, k, v = h Wq + bq, h Wk + bk, h Wv + bv   (GQA: n_kv_head <= n_head)
-//!             q, k = NeoX RoPE (base qwen2.rope.freq_base)
+//!             q, k, v = h Wq + bq, h Wk + bk, h Wv + bv   (GQA: n_kv_head <= n_head; Qwen3: no biases)
+//!             q, k = rms(q, q_norm), rms(k, k_norm) per head   (Qwen3 only)
+//!             q, k = NeoX RoPE (base {arch}.rope.freq_base)
 //!             a = softmax(q k^T / sqrt(head_dim) + causal mask) v
 //!             x = x + a Wo
 //!             x = x + down(silu(gate(h')) * up(h')),  h' = rms(x, ffn_norm)
@@ -38,9 +39,11 @@ use crate::gemma3::{attention_mask, load_matmul, load_norm, load_qtensor, Rope};
 /// Positions the RoPE tables cover at load; they grow on demand up to the context length.
 pub const DEFAULT_MAX_SEQ_LEN: usize = 4096;
 
-/// The hyper-parameters of a Qwen2 model, read from the `qwen2.*` GGUF metadata.
+/// The hyper-parameters of a Qwen2 or Qwen3 model, read from the `{arch}.*` GGUF metadata.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
+    /// `general.architecture`: `qwen2`, or `qwen3` (per-head q/k norms, no q/k/v biases).
+    pub arch: &'static str,
     pub vocab_size: usize,
     pub hidden_size: usize,
     pub intermediate_size: usize,
@@ -58,20 +61,27 @@ pub struct Config {
 }
 
 impl Config {
-    pub const ARCH: &'static str = "qwen2";
+    /// The architectures this file reads.
+    pub const ARCHS: [&'static str; 2] = ["qwen2", "qwen3"];
+
+    /// Whether each head of q and k is RMS-normed before RoPE (Qwen3), with no q/k/v
+    /// biases.
+    pub fn qk_norm(&self) -> bool {
+        self.arch == "qwen3"
+    }
 
     /// Reads the config from GGUF metadata. Errors name the missing or malformed key.
     pub fn from_gguf(ct: &gguf_file::Content) -> Result<Self> {
-        let arch = match ct.metadata.get("general.architecture") {
+        let name = match ct.metadata.get("general.architecture") {
             Some(v) => v.to_string()?.clone(),
             None => candle_core::bail!("GGUF metadata `general.architecture`: missing"),
         };
-        if arch != Self::ARCH {
+        let Some(&arch) = Self::ARCHS.iter().find(|a| **a == name) else {
             candle_core::bail!(
-                "GGUF metadata `general.architecture`: `{arch}`, this model file reads `qwen2`"
+                "GGUF metadata `general.architecture`: `{name}`, this model file reads `qwen2` and `qwen3`"
             );
-        }
-        let key = |k: &str| format!("{}.{k}", Self::ARCH);
+        };
+        let key = |k: &str| format!("{arch}.{k}");
         let get = |k: &str| -> Option<&gguf_file::Value> { ct.metadata.get(&key(k)) };
         let wrap = |k: &str, e: candle_core::Error| {
             candle_core::Error::Msg(format!("GGUF metadata `{}`: {e}", key(k)))
@@ -94,12 +104,12 @@ impl Config {
         let num_key_value_heads = usize_of("attention.head_count_kv")?;
         if num_attention_heads == 0 || hidden_size % num_attention_heads != 0 {
             candle_core::bail!(
-                "GGUF metadata `qwen2.attention.head_count`: {num_attention_heads} does not divide `qwen2.embedding_length` {hidden_size}"
+                "GGUF metadata `{arch}.attention.head_count`: {num_attention_heads} does not divide `{arch}.embedding_length` {hidden_size}"
             );
         }
         if num_key_value_heads == 0 || num_attention_heads % num_key_value_heads != 0 {
             candle_core::bail!(
-                "GGUF metadata `qwen2.attention.head_count_kv`: {num_key_value_heads} does not divide `qwen2.attention.head_count` {num_attention_heads}"
+                "GGUF metadata `{arch}.attention.head_count_kv`: {num_key_value_heads} does not divide `{arch}.attention.head_count` {num_attention_heads}"
             );
         }
         let head_dim = match get("attention.key_length") {
@@ -107,12 +117,12 @@ impl Config {
             None => hidden_size / num_attention_heads,
         };
         if head_dim % 2 != 0 {
-            candle_core::bail!("GGUF metadata `qwen2.attention.key_length`: {head_dim} is odd; RoPE needs an even head size");
+            candle_core::bail!("GGUF metadata `{arch}.attention.key_length`: {head_dim} is odd; RoPE needs an even head size");
         }
         let rms_norm_eps = match opt_f32("attention.layer_norm_rms_epsilon")? {
             Some(e) => e as f64,
             None => candle_core::bail!(
-                "GGUF metadata `qwen2.attention.layer_norm_rms_epsilon`: missing"
+                "GGUF metadata `{arch}.attention.layer_norm_rms_epsilon`: missing"
             ),
         };
         let scaling = match get("rope.scaling.type") {
@@ -130,7 +140,7 @@ impl Config {
                 _ => 1.0,
             },
             Some(other) => candle_core::bail!(
-                "GGUF metadata `qwen2.rope.scaling.type`: `{other}` is not supported (formwork runs `none` and `linear`)"
+                "GGUF metadata `{arch}.rope.scaling.type`: `{other}` is not supported (formwork runs `none` and `linear`)"
             ),
         };
         let vocab_size = match ct.tensor_infos.get("token_embd.weight") {
@@ -138,6 +148,7 @@ impl Config {
             None => candle_core::bail!("GGUF tensor `token_embd.weight`: missing"),
         };
         Ok(Self {
+            arch,
             vocab_size,
             hidden_size,
             intermediate_size: usize_of("feed_forward_length")?,
@@ -184,9 +195,10 @@ struct Layer {
     attn_k: QMatMul,
     attn_v: QMatMul,
     attn_o: QMatMul,
-    bias_q: Tensor,
-    bias_k: Tensor,
-    bias_v: Tensor,
+    /// `attn_q.bias`, `attn_k.bias`, `attn_v.bias` (Qwen2).
+    bias: Option<[Tensor; 3]>,
+    /// `attn_q_norm.weight`, `attn_k_norm.weight` (Qwen3).
+    qk_norm: Option<[Tensor; 2]>,
     attn_norm: Tensor,
     ffn_norm: Tensor,
     ffn_gate: QMatMul,
@@ -196,7 +208,7 @@ struct Layer {
     kv: Option<(Tensor, Tensor)>,
 }
 
-/// A Qwen2 model with its KV cache. See the module doc.
+/// A Qwen2 or Qwen3 model with its KV cache. See the module doc.
 #[derive(Debug, Clone)]
 pub struct ModelWeights {
     cfg: Config,
@@ -276,14 +288,27 @@ impl ModelWeights {
             // Norm weights and biases are 1-d f32 vectors: the same loader checks both.
             let vector =
                 |r: &mut R, name: &str, len| load_norm(&ct, r, &format!("{p}.{name}"), len, device);
+            let (bias, qk_norm) = if cfg.qk_norm() {
+                let norms = [
+                    vector(reader, "attn_q_norm.weight", hd)?,
+                    vector(reader, "attn_k_norm.weight", hd)?,
+                ];
+                (None, Some(norms))
+            } else {
+                let biases = [
+                    vector(reader, "attn_q.bias", q_dim)?,
+                    vector(reader, "attn_k.bias", kv_dim)?,
+                    vector(reader, "attn_v.bias", kv_dim)?,
+                ];
+                (Some(biases), None)
+            };
             layers.push(Layer {
                 attn_q,
                 attn_k,
                 attn_v,
                 attn_o,
-                bias_q: vector(reader, "attn_q.bias", q_dim)?,
-                bias_k: vector(reader, "attn_k.bias", kv_dim)?,
-                bias_v: vector(reader, "attn_v.bias", kv_dim)?,
+                bias,
+                qk_norm,
                 attn_norm: vector(reader, "attn_norm.weight", hidden)?,
                 ffn_norm: vector(reader, "ffn_norm.weight", hidden)?,
                 ffn_gate,
@@ -347,9 +372,10 @@ impl ModelWeights {
     fn ensure_rope(&mut self, end: usize) -> Result<()> {
         if end > self.cfg.context_length {
             candle_core::bail!(
-                "position {} is past the context length {} (`qwen2.context_length`)",
+                "position {} is past the context length {} (`{}.context_length`)",
                 end - 1,
-                self.cfg.context_length
+                self.cfg.context_length,
+                self.cfg.arch
             );
         }
         if end > self.rope.len() {
@@ -371,15 +397,17 @@ impl ModelWeights {
         let (b, seq) = input.dims2()?;
         if b != 1 {
             candle_core::bail!(
-                "qwen2 forward: batch size {b}, this model runs one sequence (clone it for more)"
+                "{} forward: batch size {b}, this model runs one sequence (clone it for more)",
+                self.cfg.arch
             );
         }
         if seq == 0 {
-            candle_core::bail!("qwen2 forward: empty input");
+            candle_core::bail!("{} forward: empty input", self.cfg.arch);
         }
         if index_pos > self.cache_len {
             candle_core::bail!(
-                "qwen2 forward: index_pos {index_pos} is past the {} cached positions",
+                "{} forward: index_pos {index_pos} is past the {} cached positions",
+                self.cfg.arch,
                 self.cache_len
             );
         }
@@ -410,12 +438,21 @@ impl ModelWeights {
         for layer in self.layers.iter_mut() {
             // Attention block.
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, eps)?;
-            let q = layer.attn_q.forward(&h)?.broadcast_add(&layer.bias_q)?;
-            let k = layer.attn_k.forward(&h)?.broadcast_add(&layer.bias_k)?;
-            let v = layer.attn_v.forward(&h)?.broadcast_add(&layer.bias_v)?;
-            let q = q.reshape((1, seq, n_head, hd))?;
-            let k = k.reshape((1, seq, n_kv, hd))?;
+            let mut q = layer.attn_q.forward(&h)?;
+            let mut k = layer.attn_k.forward(&h)?;
+            let mut v = layer.attn_v.forward(&h)?;
+            if let Some([bq, bk, bv]) = &layer.bias {
+                q = q.broadcast_add(bq)?;
+                k = k.broadcast_add(bk)?;
+                v = v.broadcast_add(bv)?;
+            }
+            let mut q = q.reshape((1, seq, n_head, hd))?;
+            let mut k = k.reshape((1, seq, n_kv, hd))?;
             let v = v.reshape((1, seq, n_kv, hd))?;
+            if let Some([qn, kn]) = &layer.qk_norm {
+                q = candle_nn::ops::rms_norm(&q.contiguous()?, qn, eps)?;
+                k = candle_nn::ops::rms_norm(&k.contiguous()?, kn, eps)?;
+            }
             let q = self.rope.apply(&q, index_pos)?;
             let k = self.rope.apply(&k, index_pos)?;
             let q = (q.transpose(1, 2)? * scale)?.contiguous()?;

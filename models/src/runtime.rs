@@ -14,19 +14,20 @@
 //! near-lossless). SmolLM2 Q4_1 then decodes about 4x faster. [`LoadOptions::requantize`]
 //! turns it off. Only on the CPU: candle's CUDA and Metal kernels take those types as stored.
 //!
-//! ## Llama, Qwen2 and Gemma 3 on the CPU
-//! A `llama`, `qwen2` or `gemma3` model on the CPU runs through formwork's own model file
+//! ## Llama, Qwen2, Qwen3 and Gemma 3 on the CPU
+//! A `llama`, `qwen2`, `qwen3` or `gemma3` model on the CPU runs through formwork's own model file
 //! ([`crate::llama`]), which computes Q4_1, Q5_0, Q8_0, Q4_K and Q6_K tensors from the
 //! file's blocks with AVX2 / AVX-512 VNNI kernels and keeps a KV cache that grows in place;
 //! Q4_1 and Q5_0 are then not requantised. [`LoadOptions::backend`] chooses:
 //! [`Backend::Auto`] takes it on a CPU that has the SIMD kernels (x86-64 with AVX2, FMA
 //! and F16C) and the candle paths elsewhere (GPUs, ARM, old x86): `quantized_llama` for
-//! llama, [`crate::qwen2`] for Qwen2, [`crate::gemma3`] for Gemma 3, with the
-//! requantisation above on the CPU.
+//! llama, [`crate::qwen2`] for Qwen2 and Qwen3, [`crate::gemma3`] for Gemma 3, with the
+//! requantisation above on the CPU. `quantized_llama` has no Llama 3.1+ RoPE factors
+//! (`rope_freqs.weight`), so such a file is refused there, naming the tensor.
 //!
 //! ## On a GPU
 //! `--device cuda` runs every architecture on the GPU: llama through candle's
-//! `quantized_llama`, Gemma 3 and Qwen2 through their candle-tensor files (`gemma3.rs`,
+//! `quantized_llama`, Gemma 3, Qwen2 and Qwen3 through their candle-tensor files (`gemma3.rs`,
 //! `qwen2.rs`), which use only candle tensor ops and `QMatMul` and so run on any device. A forward pass returns the last
 //! position's logits as a `Vec<f32>` on the host, where the token mask is applied: one copy
 //! of `vocab` floats per pass (0.2 MB for SmolLM2, 1 MB for Gemma 3), timed apart from the
@@ -381,7 +382,7 @@ impl std::fmt::Debug for LoadedModel {
     }
 }
 
-/// Which model file runs a `llama`, `qwen2` or `gemma3` GGUF (see the module doc).
+/// Which model file runs a `llama`, `qwen2`, `qwen3` or `gemma3` GGUF (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Backend {
     /// formwork's own on a CPU with its SIMD kernels, else candle's.
@@ -437,7 +438,7 @@ pub fn load_with(spec: &str, options: LoadOptions) -> Result<LoadedModel> {
 }
 
 /// The architectures [`load`] runs.
-pub const SUPPORTED_ARCHS: &[&str] = &["llama", "gemma3", "qwen2"];
+pub const SUPPORTED_ARCHS: &[&str] = &["llama", "gemma3", "qwen2", "qwen3"];
 
 /// Load a GGUF file by path; `name` is what messages call it.
 pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<LoadedModel> {
@@ -457,7 +458,7 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
     let tokenizer = GgufTokenizer::from_gguf(&gguf.content).map_err(|e| file_err(one_line(&e)))?;
     let picked = options.device.pick()?;
     let device = picked.device;
-    let own = matches!(arch.as_str(), "llama" | "qwen2" | "gemma3")
+    let own = matches!(arch.as_str(), "llama" | "qwen2" | "qwen3" | "gemma3")
         && match options.backend {
             Backend::Candle => false,
             Backend::Auto => device.is_cpu() && crate::quant::Isa::detect().is_simd(),
@@ -487,7 +488,7 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
     }
     let context_length = gguf.context_length(&arch);
     let (model, context_length): (Box<dyn LanguageModel>, usize) = match arch.as_str() {
-        "llama" | "qwen2" | "gemma3" if own => {
+        "llama" | "qwen2" | "qwen3" | "gemma3" if own => {
             let weights =
                 crate::llama::ModelWeights::from_gguf(gguf.content, &mut gguf.reader, &device)
                     .map_err(|e| file_err(format!("loading {arch} weights: {}", one_line(&e))))?
@@ -500,6 +501,13 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
             )
         }
         "llama" => {
+            // candle's llama reads no per-pair RoPE factors; without them a Llama 3.1+
+            // model would run, wrongly, past its original context.
+            if gguf.content.tensor_infos.contains_key("rope_freqs.weight") {
+                return Err(file_err(format!(
+                    "tensor `rope_freqs.weight` (Llama 3.1+ RoPE scaling) needs formwork's CPU model file, and llama on {device:?} runs on candle's quantized_llama, which has none"
+                )));
+            }
             let vocab = gguf.vocab_rows("output.weight", "token_embd.weight")?;
             let weights =
                 quantized_llama::ModelWeights::from_gguf(gguf.content, &mut gguf.reader, &device)
@@ -523,10 +531,10 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
                 ctx,
             )
         }
-        "qwen2" => {
+        "qwen2" | "qwen3" => {
             let weights =
                 crate::qwen2::ModelWeights::from_gguf(gguf.content, &mut gguf.reader, &device)
-                    .map_err(|e| file_err(format!("loading qwen2 weights: {}", one_line(&e))))?;
+                    .map_err(|e| file_err(format!("loading {arch} weights: {}", one_line(&e))))?;
             let vocab = weights.config().vocab_size;
             let ctx = weights.config().context_length;
             (

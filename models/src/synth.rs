@@ -1,5 +1,8 @@
 //! A GGUF file shaped like another one, with random weights: the same metadata (tokenizer
-//! and chat template included), the same tensor names, shapes and quantisation types.
+//! and chat template included), the same tensor names, shapes and quantisation types
+//! ([`write_like`]); or shaped like a released model's config that no file here holds
+//! ([`write_family`]: Llama 3.2 1B, Qwen3 0.6B), with the tokenizer of a vocab-only GGUF,
+//! for the parity tests against llama.cpp (models/tests/family_parity.rs).
 //!
 //! For a machine the real model file cannot reach (scripts/gpu-check: the GPU machine
 //! takes 64 MiB of files, SmolLM2-135M is 98 MB). The header of the real file is a few MB;
@@ -15,7 +18,8 @@ use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
-use candle_core::quantized::{gguf_file, QTensor};
+use candle_core::quantized::ggml_file::qtensor_from_ggml;
+use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 
 use crate::{ModelError, Result};
@@ -125,6 +129,334 @@ pub fn write_like(like: &Path, out: &Path, seed: u64) -> Result<SynthSummary> {
     let file = File::create(out).map_err(|e| file_err(out, format!("cannot create: {e}")))?;
     let mut w = BufWriter::new(file);
     gguf_file::write(&mut w, &metadata, &refs)?;
+    w.flush().map_err(|e| file_err(out, e.to_string()))?;
+    let bytes = w
+        .get_ref()
+        .metadata()
+        .map_err(|e| file_err(out, e.to_string()))?
+        .len();
+    Ok(SynthSummary {
+        tensors: refs.len(),
+        parameters,
+        bytes,
+    })
+}
+
+/// Llama 3.1+ RoPE scaling (`rope_scaling` with `rope_type` `llama3` in the model's
+/// config): each pair's angle is divided by a factor between 1 (short wavelengths) and
+/// `factor` (wavelengths past `original_context / low_freq_factor`), which the GGUF
+/// converter stores as `rope_freqs.weight`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Llama3Rope {
+    pub factor: f32,
+    pub low_freq_factor: f32,
+    pub high_freq_factor: f32,
+    pub original_context: usize,
+}
+
+impl Llama3Rope {
+    /// One factor per pair of a head of `head_dim` values, as the converter computes them.
+    pub fn factors(&self, base: f32, head_dim: usize) -> Vec<f32> {
+        let low_wavelen = self.original_context as f64 / self.low_freq_factor as f64;
+        let high_wavelen = self.original_context as f64 / self.high_freq_factor as f64;
+        (0..head_dim)
+            .step_by(2)
+            .map(|i| {
+                let freq = 1.0 / (base as f64).powf(i as f64 / head_dim as f64);
+                let wavelen = 2.0 * std::f64::consts::PI / freq;
+                let f = if wavelen < high_wavelen {
+                    1.0
+                } else if wavelen > low_wavelen {
+                    self.factor as f64
+                } else {
+                    let smooth = (self.original_context as f64 / wavelen
+                        - self.low_freq_factor as f64)
+                        / (self.high_freq_factor - self.low_freq_factor) as f64;
+                    1.0 / ((1.0 - smooth) / self.factor as f64 + smooth)
+                };
+                f as f32
+            })
+            .collect()
+    }
+}
+
+/// The dimensions of a released model, for [`write_family`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Family {
+    /// What `--family` calls it.
+    pub name: &'static str,
+    /// `general.architecture`.
+    pub arch: &'static str,
+    pub hidden: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub ffn: usize,
+    pub rope_theta: f32,
+    pub rms_eps: f32,
+    pub context: usize,
+    pub llama3_rope: Option<Llama3Rope>,
+    /// Per-head RMS norms of q and k (`attn_q_norm`, `attn_k_norm`).
+    pub qk_norm: bool,
+    /// The output matrix is the embedding (no `output.weight`).
+    pub tied: bool,
+}
+
+/// The families [`write_family`] writes: the configs of meta-llama/Llama-3.2-1B and
+/// Qwen/Qwen3-0.6B.
+pub const FAMILIES: &[Family] = &[
+    Family {
+        name: "llama-3.2-1b",
+        arch: "llama",
+        hidden: 2048,
+        layers: 16,
+        heads: 32,
+        kv_heads: 8,
+        head_dim: 64,
+        ffn: 8192,
+        rope_theta: 500_000.0,
+        rms_eps: 1e-5,
+        context: 131_072,
+        llama3_rope: Some(Llama3Rope {
+            factor: 32.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_context: 8192,
+        }),
+        qk_norm: false,
+        tied: true,
+    },
+    Family {
+        name: "qwen3-0.6b",
+        arch: "qwen3",
+        hidden: 1024,
+        layers: 28,
+        heads: 16,
+        kv_heads: 8,
+        head_dim: 128,
+        ffn: 3072,
+        rope_theta: 1_000_000.0,
+        rms_eps: 1e-6,
+        context: 40_960,
+        llama3_rope: None,
+        qk_norm: true,
+        tied: true,
+    },
+];
+
+/// The type of every matrix [`write_family`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QType {
+    Q8_0,
+    Q4K,
+}
+
+impl QType {
+    /// `q8_0` or `q4_k`.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "q8_0" => Some(Self::Q8_0),
+            "q4_k" => Some(Self::Q4K),
+            _ => None,
+        }
+    }
+
+    fn dtype(self) -> GgmlDType {
+        match self {
+            Self::Q8_0 => GgmlDType::Q8_0,
+            Self::Q4K => GgmlDType::Q4K,
+        }
+    }
+
+    /// `general.file_type` (llama.cpp's `LLAMA_FTYPE_MOSTLY_Q8_0`, `_Q4_K_M`).
+    fn file_type(self) -> u32 {
+        match self {
+            Self::Q8_0 => 7,
+            Self::Q4K => 15,
+        }
+    }
+}
+
+/// The family `--family NAME` names.
+pub fn family(name: &str) -> Option<&'static Family> {
+    FAMILIES.iter().find(|f| f.name == name)
+}
+
+/// A random matrix of `rows x cols` in `dtype`, quantised a band of rows at a time (the
+/// whole f32 matrix of a 128k-token embedding would be 1 GB).
+fn random_matrix(
+    rng: &mut Rng,
+    rows: usize,
+    cols: usize,
+    dtype: GgmlDType,
+) -> candle_core::Result<QTensor> {
+    let a = (3.0 / cols as f32).sqrt();
+    let band = (1 << 20) / cols.max(1) + 1;
+    let mut bytes = Vec::with_capacity(rows * cols / dtype.block_size() * dtype.type_size());
+    let mut r0 = 0;
+    while r0 < rows {
+        let n = band.min(rows - r0);
+        let values: Vec<f32> = (0..n * cols).map(|_| a * rng.next_f32()).collect();
+        let t = Tensor::from_vec(values, (n, cols), &Device::Cpu)?;
+        bytes.extend_from_slice(&QTensor::quantize(&t, dtype)?.data()?);
+        r0 += n;
+    }
+    qtensor_from_ggml(dtype, &bytes, vec![rows, cols], &Device::Cpu)
+}
+
+fn f32_vector(values: Vec<f32>) -> candle_core::Result<QTensor> {
+    let n = values.len();
+    QTensor::quantize(&Tensor::from_vec(values, n, &Device::Cpu)?, GgmlDType::F32)
+}
+
+/// Write to `out` a GGUF with the dimensions of `family` (its first `layers` layers, or all),
+/// the tokenizer of `vocab` (every `tokenizer.*` key of a GGUF, such as llama.cpp's
+/// vocab-only files; the embedding has one row per token), and random weights (the module
+/// doc's distributions): matrices in `qtype`, norms and RoPE factors in f32.
+pub fn write_family(
+    family: &Family,
+    vocab: &Path,
+    layers: Option<usize>,
+    qtype: QType,
+    out: &Path,
+    seed: u64,
+) -> Result<SynthSummary> {
+    let (file_type, qtype) = (qtype.file_type(), qtype.dtype());
+    let (content, _) = read_header(vocab)?;
+    let n_vocab = match content.metadata.get("tokenizer.ggml.tokens") {
+        Some(gguf_file::Value::Array(a)) if !a.is_empty() => a.len(),
+        _ => {
+            return Err(file_err(
+                vocab,
+                "GGUF metadata `tokenizer.ggml.tokens` is missing or empty; pass a GGUF that carries a tokenizer".into(),
+            ))
+        }
+    };
+    let layers = layers.unwrap_or(family.layers);
+    if layers == 0 || layers > family.layers {
+        return Err(ModelError::Candle(candle_core::Error::Msg(format!(
+            "--layers {layers}: {} has 1 to {} layers",
+            family.name, family.layers
+        ))));
+    }
+    let block = qtype.block_size();
+    for cols in [family.hidden, family.heads * family.head_dim, family.ffn] {
+        if cols % block != 0 {
+            return Err(ModelError::Candle(candle_core::Error::Msg(format!(
+                "{qtype:?} needs rows of a multiple of {block} values, and {} has rows of {cols}",
+                family.name
+            ))));
+        }
+    }
+    let (h, q, kv, ffn) = (
+        family.hidden,
+        family.heads * family.head_dim,
+        family.kv_heads * family.head_dim,
+        family.ffn,
+    );
+    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let norm =
+        |rng: &mut Rng, n: usize| f32_vector((0..n).map(|_| 1.0 + 0.1 * rng.next_f32()).collect());
+    let mut tensors: Vec<(String, QTensor)> = Vec::new();
+    tensors.push((
+        "token_embd.weight".into(),
+        random_matrix(&mut rng, n_vocab, h, qtype)?,
+    ));
+    if !family.tied {
+        tensors.push((
+            "output.weight".into(),
+            random_matrix(&mut rng, n_vocab, h, qtype)?,
+        ));
+    }
+    tensors.push(("output_norm.weight".into(), norm(&mut rng, h)?));
+    if let Some(r) = &family.llama3_rope {
+        tensors.push((
+            "rope_freqs.weight".into(),
+            f32_vector(r.factors(family.rope_theta, family.head_dim))?,
+        ));
+    }
+    for l in 0..layers {
+        let p = |n: &str| format!("blk.{l}.{n}");
+        tensors.push((p("attn_norm.weight"), norm(&mut rng, h)?));
+        tensors.push((p("attn_q.weight"), random_matrix(&mut rng, q, h, qtype)?));
+        tensors.push((p("attn_k.weight"), random_matrix(&mut rng, kv, h, qtype)?));
+        tensors.push((p("attn_v.weight"), random_matrix(&mut rng, kv, h, qtype)?));
+        if family.qk_norm {
+            tensors.push((p("attn_q_norm.weight"), norm(&mut rng, family.head_dim)?));
+            tensors.push((p("attn_k_norm.weight"), norm(&mut rng, family.head_dim)?));
+        }
+        tensors.push((
+            p("attn_output.weight"),
+            random_matrix(&mut rng, h, q, qtype)?,
+        ));
+        tensors.push((p("ffn_norm.weight"), norm(&mut rng, h)?));
+        tensors.push((
+            p("ffn_gate.weight"),
+            random_matrix(&mut rng, ffn, h, qtype)?,
+        ));
+        tensors.push((p("ffn_up.weight"), random_matrix(&mut rng, ffn, h, qtype)?));
+        tensors.push((
+            p("ffn_down.weight"),
+            random_matrix(&mut rng, h, ffn, qtype)?,
+        ));
+    }
+
+    use gguf_file::Value as V;
+    let a = family.arch;
+    let mut metadata: Vec<(String, V)> = vec![
+        ("general.architecture".into(), V::String(a.into())),
+        (
+            "general.name".into(),
+            V::String(format!("{} (random weights, {layers} layers)", family.name)),
+        ),
+        ("general.file_type".into(), V::U32(file_type)),
+        (format!("{a}.block_count"), V::U32(layers as u32)),
+        (format!("{a}.context_length"), V::U32(family.context as u32)),
+        (format!("{a}.embedding_length"), V::U32(h as u32)),
+        (format!("{a}.feed_forward_length"), V::U32(ffn as u32)),
+        (
+            format!("{a}.attention.head_count"),
+            V::U32(family.heads as u32),
+        ),
+        (
+            format!("{a}.attention.head_count_kv"),
+            V::U32(family.kv_heads as u32),
+        ),
+        (
+            format!("{a}.attention.key_length"),
+            V::U32(family.head_dim as u32),
+        ),
+        (
+            format!("{a}.attention.value_length"),
+            V::U32(family.head_dim as u32),
+        ),
+        (
+            format!("{a}.attention.layer_norm_rms_epsilon"),
+            V::F32(family.rms_eps),
+        ),
+        (format!("{a}.rope.freq_base"), V::F32(family.rope_theta)),
+        (
+            format!("{a}.rope.dimension_count"),
+            V::U32(family.head_dim as u32),
+        ),
+        (format!("{a}.vocab_size"), V::U32(n_vocab as u32)),
+    ];
+    let mut keys: Vec<&String> = content
+        .metadata
+        .keys()
+        .filter(|k| k.starts_with("tokenizer."))
+        .collect();
+    keys.sort();
+    for k in keys {
+        metadata.push((k.clone(), content.metadata[k].clone()));
+    }
+    let meta_refs: Vec<(&str, &V)> = metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, q)| (n.as_str(), q)).collect();
+    let parameters = tensors.iter().map(|(_, q)| q.shape().elem_count()).sum();
+    let file = File::create(out).map_err(|e| file_err(out, format!("cannot create: {e}")))?;
+    let mut w = BufWriter::new(file);
+    gguf_file::write(&mut w, &meta_refs, &refs)?;
     w.flush().map_err(|e| file_err(out, e.to_string()))?;
     let bytes = w
         .get_ref()

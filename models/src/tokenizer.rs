@@ -9,8 +9,10 @@
 //! - `gpt2`: byte-level BPE with the merges stored in the file. The pre-tokenizer comes from
 //!   `tokenizer.ggml.pre`: `smollm` splits digits one by one, then applies the GPT-2 regex;
 //!   `gpt-2` applies the GPT-2 regex alone; `qwen2` applies llama.cpp's Qwen2 regex (single
-//!   digits, letters with one leading non-letter, punctuation runs with their newlines).
-//!   Any other value is an error naming it.
+//!   digits, letters with one leading non-letter, punctuation runs with their newlines);
+//!   `llama-bpe` (Llama 3, also `llama3`, `llama-v3`) applies the same regex with digits in
+//!   runs of up to three, takes a piece that is a token whole before any merge, and adds BOS
+//!   unless `tokenizer.ggml.add_bos_token` says otherwise. Any other value is an error naming it.
 //! - `llama`: SentencePiece-style BPE. Spaces become `▁`, characters missing from the
 //!   vocabulary fall back to `<0xNN>` byte tokens. The file stores scores but no merges; llama.cpp
 //!   repeatedly joins the adjacent pair whose concatenation is the vocabulary token with the
@@ -57,6 +59,14 @@ mod token_type {
 /// contractions spelled out. `\s+(?!\S)` needs look-ahead, which the tokenizers crate's
 /// Oniguruma regex has.
 const QWEN2_PRE_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// llama.cpp's pre-tokenizer regex for Llama 3 (`LLAMA_VOCAB_PRE_TYPE_LLAMA3`, chosen by
+/// `tokenizer.ggml.pre` = `llama-bpe`, `llama3` or `llama-v3`): the Qwen2 regex with digits
+/// in runs of up to three instead of one by one.
+const LLAMA3_PRE_REGEX: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// The `tokenizer.ggml.pre` values llama.cpp reads as Llama 3's pre-tokenizer.
+const LLAMA3_PRE_NAMES: &[&str] = &["llama-bpe", "llama3", "llama-v3"];
 
 /// Texts of end-of-turn tokens that end a generation besides `eos_token_id`, when the file has
 /// them as control tokens (the same list llama.cpp uses for its end-of-generation set).
@@ -389,9 +399,17 @@ impl GgufTokenizer {
         let bos_id = meta.token_id("tokenizer.ggml.bos_token_id", n_vocab)?;
         let unk_id = meta.token_id("tokenizer.ggml.unknown_token_id", n_vocab)?;
         let eot_id = meta.token_id("tokenizer.ggml.eot_token_id", n_vocab)?;
+        // llama.cpp reads `tokenizer.ggml.pre` for byte-level vocabularies only.
+        let pre = match family {
+            Family::ByteLevelBpe => meta.string("tokenizer.ggml.pre")?.unwrap_or("default"),
+            Family::SentencePiece => "",
+        };
+        let llama3 = LLAMA3_PRE_NAMES.contains(&pre);
+        // As in llama.cpp: SentencePiece vocabularies and Llama 3's add BOS unless the
+        // file says otherwise.
         let add_bos = meta
             .bool("tokenizer.ggml.add_bos_token")?
-            .unwrap_or(family == Family::SentencePiece);
+            .unwrap_or(family == Family::SentencePiece || llama3);
         let add_space_prefix = meta
             .bool("tokenizer.ggml.add_space_prefix")?
             .unwrap_or(family == Family::SentencePiece);
@@ -407,21 +425,24 @@ impl GgufTokenizer {
 
         let mut inner = match family {
             Family::ByteLevelBpe => {
-                let pre = meta.string("tokenizer.ggml.pre")?.unwrap_or("default");
                 let byte_level = ByteLevel::new(false, true, true);
-                let pre_tokenizer: PreTokenizerWrapper = match pre {
-                    // The regex splits; byte-level mapping follows without GPT-2's regex.
-                    "qwen2" => PreTokenizerSequence::new(vec![
+                // The regex splits; byte-level mapping follows without GPT-2's regex.
+                let split_then_bytes = |regex: &str| -> Result<PreTokenizerWrapper> {
+                    Ok(PreTokenizerSequence::new(vec![
                         Split::new(
-                            SplitPattern::Regex(QWEN2_PRE_REGEX.to_string()),
+                            SplitPattern::Regex(regex.to_string()),
                             SplitDelimiterBehavior::Isolated,
                             false,
                         )
-                        .map_err(|e| meta_err("tokenizer.ggml.pre", format!("qwen2 regex: {e}")))?
+                        .map_err(|e| meta_err("tokenizer.ggml.pre", format!("{pre} regex: {e}")))?
                         .into(),
                         ByteLevel::new(false, true, false).into(),
                     ])
-                    .into(),
+                    .into())
+                };
+                let pre_tokenizer: PreTokenizerWrapper = match pre {
+                    "qwen2" => split_then_bytes(QWEN2_PRE_REGEX)?,
+                    _ if llama3 => split_then_bytes(LLAMA3_PRE_REGEX)?,
                     "smollm" => PreTokenizerSequence::new(vec![
                         Digits::new(true).into(),
                         byte_level.into(),
@@ -431,7 +452,7 @@ impl GgufTokenizer {
                     other => {
                         return Err(meta_err(
                             "tokenizer.ggml.pre",
-                            format!("pre-tokenizer `{other}` is not supported for `gpt2` tokenizers; formwork supports `smollm`, `gpt-2` and `qwen2`"),
+                            format!("pre-tokenizer `{other}` is not supported for `gpt2` tokenizers; formwork supports `smollm`, `gpt-2`, `qwen2` and `llama-bpe`"),
                         ))
                     }
                 };
@@ -452,8 +473,11 @@ impl GgufTokenizer {
                             })
                     })
                     .collect::<Result<Vec<_>>>()?;
+                // Llama 3's pre-tokenizer takes a piece that is itself a token whole,
+                // whatever the merges would make of it (llama.cpp's `ignore_merges`).
                 let bpe = BPE::builder()
                     .vocab_and_merges(owned_vocab(), merges)
+                    .ignore_merges(llama3)
                     .build()
                     .map_err(|e| meta_err("tokenizer.ggml.merges", e.to_string()))?;
                 let mut tok = Tokenizer::new(bpe);
@@ -659,7 +683,8 @@ impl GgufTokenizer {
         self.bos_id
     }
 
-    /// `tokenizer.ggml.add_bos_token` (Gemma: true); when absent, true for `llama` vocabularies.
+    /// `tokenizer.ggml.add_bos_token` (Gemma: true); when absent, true for `llama` vocabularies
+    /// and Llama 3's (`llama-bpe`).
     pub fn add_bos(&self) -> bool {
         self.add_bos
     }

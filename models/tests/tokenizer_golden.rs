@@ -1,12 +1,14 @@
 //! Tokenizer parity with llama.cpp: for 322 strings per model, the ids of
 //! `GgufTokenizer::encode` must equal llama.cpp's (`llama_tokenize`, add_special=false,
 //! parse_special=true) on the same GGUF file, recorded in `testdata/*.golden-ids.json`
-//! (SmolLM2 and Gemma 3 as in `../shared/fixtures/tokenizers`; Qwen2.5-Coder made by
-//! `testdata/golden-ids.py` with llama.cpp's `llama-tokenize`).
+//! (SmolLM2 and Gemma 3 as in `../shared/fixtures/tokenizers`; Qwen2.5-Coder and Llama 3's
+//! `llama-bpe` vocabulary made by `testdata/golden-ids.py` with llama.cpp's `llama-tokenize`).
 //!
 //! The tokenizer is built from the GGUF metadata of the fetched model
 //! (`$FORMWORK_HOME/models/...`, FORMWORK_HOME defaulting to `~/.cache/formwork`); when the
 //! file is absent the test says SKIPPED and passes.
+
+mod common;
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -298,4 +300,25 @@ fn stream_holds_back_split_characters() {
     );
     assert_eq!(stream.push(lead), None);
     assert_eq!(stream.finish(), Some("\u{FFFD}".to_string()));
+}
+
+/// Llama 3's tokenizer (`llama-bpe`) from llama.cpp's vocab-only GGUF
+/// (`scripts/llamacpp-vocab`; `FORMWORK_LLAMACPP_VOCAB` names its folder), against
+/// `llama-tokenize` on the same file.
+#[test]
+fn llama_bpe_matches_llama_cpp() {
+    let Some(dir) = common::llamacpp_vocab_dir() else {
+        return;
+    };
+    let path = dir.join("ggml-vocab-llama-bpe.gguf");
+    let tok = GgufTokenizer::from_file(&path).unwrap_or_else(|e| panic!("{e}"));
+    let golden = check_parity("llama-bpe", &tok);
+    check_plain("llama-bpe", &tok, &golden);
+    check_stream("llama-bpe", &tok, &golden);
+
+    assert_eq!(tok.bos_id(), Some(128000));
+    assert!(tok.add_bos(), "llama-bpe adds <|begin_of_text|>");
+    assert!(tok.eos_ids().contains(&128009), "<|eot_id|> ends a turn");
+    // Digits go in threes, and a whole-word token is taken before any merge.
+    assert_eq!(tok.encode("1234567").unwrap().len(), 3);
 }

@@ -29,18 +29,34 @@ pub enum ModelsCommand {
         #[arg(long, conflicts_with = "name")]
         all: bool,
     },
-    /// Write a GGUF with the metadata and tensor shapes of --like and random weights, for a
-    /// machine the model file cannot reach (scripts/gpu-check); its text is noise.
+    /// Write a GGUF with random weights, its text noise: with the metadata and tensor shapes
+    /// of --like, for a machine the model file cannot reach (scripts/gpu-check); or with the
+    /// dimensions of --family and the tokenizer of --vocab, for the parity tests against
+    /// llama.cpp.
+    #[command(group(clap::ArgGroup::new("shape").required(true).args(["like", "family"])))]
     Synth {
         /// A .gguf model file, or a header written by --header-only.
         #[arg(long)]
-        like: PathBuf,
+        like: Option<PathBuf>,
+        /// A released model's dimensions: llama-3.2-1b or qwen3-0.6b.
+        #[arg(long, requires = "vocab", conflicts_with = "header_only")]
+        family: Option<String>,
+        /// With --family: a GGUF whose `tokenizer.*` metadata the file gets (llama.cpp's
+        /// vocab-only ggml-vocab-*.gguf, or any model file).
+        #[arg(long, requires = "family")]
+        vocab: Option<PathBuf>,
+        /// With --family: only the first N layers (the file stays small; default all).
+        #[arg(long, requires = "family")]
+        layers: Option<usize>,
+        /// With --family: the type of every matrix, q8_0 or q4_k.
+        #[arg(long, requires = "family", default_value = "q8_0")]
+        qtype: String,
         #[arg(long)]
         out: PathBuf,
         #[arg(long, default_value_t = 1)]
         seed: u64,
         /// Copy only the header of --like (metadata and tensor infos, a few MB).
-        #[arg(long)]
+        #[arg(long, requires = "like")]
         header_only: bool,
     },
 }
@@ -65,10 +81,36 @@ pub fn run(args: ModelsArgs) -> anyhow::Result<ExitCode> {
         }
         ModelsCommand::Synth {
             like,
+            family,
+            vocab,
+            layers,
+            qtype,
             out,
             seed,
             header_only,
         } => {
+            if let Some(name) = family {
+                let Some(f) = synth::family(&name) else {
+                    let known: Vec<&str> = synth::FAMILIES.iter().map(|f| f.name).collect();
+                    anyhow::bail!("--family {name}: not one of {}", known.join(", "));
+                };
+                let Some(dtype) = synth::QType::from_name(&qtype) else {
+                    anyhow::bail!("--qtype {qtype}: use q8_0 or q4_k");
+                };
+                let vocab = vocab.expect("clap requires --vocab with --family");
+                let s = synth::write_family(f, &vocab, layers, dtype, &out, seed)?;
+                eprintln!(
+                    "{}: {} tensors, {} parameters, {} bytes of random {qtype} weights shaped like {} with the tokenizer of {}",
+                    out.display(),
+                    s.tensors,
+                    s.parameters,
+                    s.bytes,
+                    f.name,
+                    vocab.display()
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            let like = like.expect("clap requires --like or --family");
             if header_only {
                 let n = synth::write_header(&like, &out)?;
                 eprintln!(

@@ -1,4 +1,4 @@
-//! GGUF metadata -> [`Config`]: the hyper-parameters of a llama, Qwen2 or Gemma 3 model,
+//! GGUF metadata -> [`Config`]: the hyper-parameters of a llama, Qwen2, Qwen3 or Gemma 3 model,
 //! read from the `{arch}.*` keys and checked, so that a model this file cannot run (another
 //! architecture, experts, partial RoPE, an odd head size) fails here with the key named,
 //! before any tensor is read.
@@ -13,6 +13,8 @@ use super::bail;
 pub enum Arch {
     Llama,
     Qwen2,
+    /// Qwen2's layer without the q/k/v biases, with per-head RMS norms of q and k.
+    Qwen3,
     Gemma3,
 }
 
@@ -22,24 +24,31 @@ impl Arch {
         match self {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
             Arch::Gemma3 => "gemma3",
         }
     }
 
     fn from_name(name: &str) -> Option<Self> {
-        [Arch::Llama, Arch::Qwen2, Arch::Gemma3]
+        [Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Gemma3]
             .into_iter()
             .find(|a| a.name() == name)
     }
 
     /// How RoPE pairs a head's values: the GGUF converter permutes llama's Wq and Wk for
-    /// interleaved pairs, and leaves Qwen2's and Gemma 3's in the NeoX order (llama.cpp's
-    /// `rope_type`).
+    /// interleaved pairs, and leaves Qwen2's, Qwen3's and Gemma 3's in the NeoX order
+    /// (llama.cpp's `rope_type`).
     pub fn rope(self) -> RopeStyle {
         match self {
             Arch::Llama => RopeStyle::Interleaved,
-            Arch::Qwen2 | Arch::Gemma3 => RopeStyle::Neox,
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 => RopeStyle::Neox,
         }
+    }
+
+    /// Whether each head of q and k is RMS-normed before RoPE (`attn_q_norm`,
+    /// `attn_k_norm`).
+    pub fn qk_norm(self) -> bool {
+        matches!(self, Arch::Qwen3 | Arch::Gemma3)
     }
 }
 
@@ -104,7 +113,7 @@ impl Config {
         };
         let Some(arch) = Arch::from_name(&arch_name) else {
             return bail(format!(
-                "GGUF metadata `general.architecture` is `{arch_name}`; formwork's CPU model file runs llama, qwen2 and gemma3"
+                "GGUF metadata `general.architecture` is `{arch_name}`; formwork's CPU model file runs llama, qwen2, qwen3 and gemma3"
             ));
         };
         let a = arch.name();
@@ -184,14 +193,14 @@ impl Config {
                 }
             },
         };
-        // llama.cpp's defaults where a llama file leaves a key out; Qwen2 and Gemma 3
-        // files carry them.
+        // llama.cpp's defaults where a llama file leaves a key out; Qwen2, Qwen3 and
+        // Gemma 3 files carry them.
         let (rms_norm_eps, context_length) = match arch {
             Arch::Llama => (
                 opt_f32("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5),
                 get("context_length").unwrap_or(4096),
             ),
-            Arch::Qwen2 | Arch::Gemma3 => (
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 => (
                 match opt_f32("attention.layer_norm_rms_epsilon")? {
                     Some(e) => e,
                     None => {
@@ -212,7 +221,7 @@ impl Config {
             })?;
         let num_hidden_layers = get("block_count")?;
         let (embed_scale, attn_scale, sliding) = match arch {
-            Arch::Llama | Arch::Qwen2 => (1.0, 1.0 / (head_dim as f32).sqrt(), None),
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => (1.0, 1.0 / (head_dim as f32).sqrt(), None),
             Arch::Gemma3 => {
                 let window = get("attention.sliding_window")?;
                 if window == 0 {

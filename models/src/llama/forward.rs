@@ -90,7 +90,7 @@ pub(super) fn forward_impl(
                     *g = gelu_tanh(*g) * u;
                 }
             }
-            Arch::Llama | Arch::Qwen2 => {
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
                 for (g, u) in g.iter_mut().zip(&u) {
                     *g = *g / (1.0 + (-*g).exp()) * u;
                 }

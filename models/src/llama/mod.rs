@@ -1,6 +1,6 @@
-//! Llama (SmolLM2 and kin), Qwen2 and Gemma 3 from a GGUF file on the CPU, in candle's
-//! model-file shape: a `Config` read from the `llama.*`, `qwen2.*` or `gemma3.*`
-//! metadata, `ModelWeights::from_gguf`, `forward(input, index_pos)` and
+//! Llama (SmolLM2, Llama 3.x and kin), Qwen2, Qwen3 and Gemma 3 from a GGUF file on the
+//! CPU, in candle's model-file shape: a `Config` read from the `llama.*`, `qwen2.*`,
+//! `qwen3.*` or `gemma3.*` metadata, `ModelWeights::from_gguf`, `forward(input, index_pos)` and
 //! `clear_kv_cache()`.
 //!
 //! formwork carries its own file for speed on the CPU; `candle_transformers`'
@@ -16,15 +16,16 @@
 //!   every token. Here each layer's cache is a `Vec<f32>` that grows in place.
 //!
 //! One layer, as llama.cpp computes it (`llm_build_llama`, `llm_build_qwen2`,
-//! `llm_build_gemma3`):
+//! `llm_build_qwen3`, `llm_build_gemma3`):
 //!
 //! ```text
 //! x = embed(ids) * embed_scale                      (Gemma 3: sqrt(embedding_length); else 1)
 //! per layer:  h = rms(x, attn_norm)
 //!             q, k, v = h Wq (+ bq), h Wk (+ bk), h Wv (+ bv)   (biases: Qwen2; GQA: n_kv_head <= n_head)
-//!             q, k = rms(q, q_norm), rms(k, k_norm) per head   (Gemma 3 only)
+//!             q, k = rms(q, q_norm), rms(k, k_norm) per head   (Qwen3, Gemma 3)
 //!             q, k = RoPE, base {arch}.rope.freq_base: interleaved pairs (2i, 2i + 1) for
-//!                    llama, NeoX halves (i, i + head_dim / 2) for Qwen2 and Gemma 3
+//!                    llama, NeoX halves (i, i + head_dim / 2) for Qwen2, Qwen3, Gemma 3;
+//!                    pair i's angle divided by rope_freqs[i] where the file has it (Llama 3.1+)
 //!             a = softmax(q k^T * attn_scale + causal mask) v Wo
 //!             x = x + a                      (Gemma 3: x + rms(a, post_attention_norm))
 //!             h = rms(x, ffn_norm);  f = (act(h Wgate) * h Wup) Wdown   (act: SiLU; Gemma 3: GELU-tanh)

@@ -99,7 +99,7 @@ pub(super) struct Layer {
     pub(super) wv: Linear,
     /// `attn_q.bias`, `attn_k.bias`, `attn_v.bias` (Qwen2), when the file has them.
     pub(super) bias: Option<[Vec<f32>; 3]>,
-    /// `attn_q_norm`, `attn_k_norm` (Gemma 3): RMS norms of each head of q and k.
+    /// `attn_q_norm`, `attn_k_norm` (Qwen3, Gemma 3): RMS norms of each head of q and k.
     pub(super) qk_norm: Option<[Vec<f32>; 2]>,
     pub(super) wo: Linear,
     pub(super) ffn_norm: Vec<f32>,
@@ -118,7 +118,8 @@ pub(super) struct Weights {
     pub(super) layers: Vec<Layer>,
     pub(super) norm: Vec<f32>,
     pub(super) output: Linear,
-    /// `1 / base^(2i / head_dim)` for each pair of a head (`/ rope_scaling_factor`).
+    /// `1 / base^(2i / head_dim)` for each pair of a head (`/ rope_scaling_factor`, and
+    /// `/ rope_freqs[i]` where the file has Llama 3's per-pair factors).
     pub(super) inv_freq: Vec<f32>,
     /// The same for the local layers' base, unscaled (empty without local layers).
     pub(super) inv_freq_local: Vec<f32>,
@@ -204,19 +205,21 @@ impl Weights {
             } else {
                 None
             };
-            let (qk_norm, post_norm) = if gemma {
-                (
-                    Some([
-                        vec_of("attn_q_norm.weight", hd)?,
-                        vec_of("attn_k_norm.weight", hd)?,
-                    ]),
-                    Some([
-                        vec_of("post_attention_norm.weight", dim)?,
-                        vec_of("post_ffw_norm.weight", dim)?,
-                    ]),
-                )
+            let qk_norm = if cfg.arch.qk_norm() {
+                Some([
+                    vec_of("attn_q_norm.weight", hd)?,
+                    vec_of("attn_k_norm.weight", hd)?,
+                ])
             } else {
-                (None, None)
+                None
+            };
+            let post_norm = if gemma {
+                Some([
+                    vec_of("post_attention_norm.weight", dim)?,
+                    vec_of("post_ffw_norm.weight", dim)?,
+                ])
+            } else {
+                None
             };
             layers.push(Layer {
                 attn_norm: vec_of("attn_norm.weight", dim)?,
@@ -272,7 +275,22 @@ impl Weights {
             Some(s) => inv_freq(s.rope_theta, 1.0),
             None => Vec::new(),
         };
-        let inv_freq = inv_freq(cfg.rope_theta, cfg.rope_scaling_factor);
+        let mut inv_freq = inv_freq(cfg.rope_theta, cfg.rope_scaling_factor);
+        // Llama 3.1 / 3.2's RoPE scaling: the converter stores one factor per pair, and
+        // llama.cpp divides that pair's angle by it (`rope_freqs.weight`, ggml's
+        // `freq_factors`).
+        const ROPE_FREQS: &str = "rope_freqs.weight";
+        if ct.tensor_infos.contains_key(ROPE_FREQS) {
+            let factors = vector(tensor(reader, ROPE_FREQS)?, ROPE_FREQS, hd / 2)?;
+            if let Some(bad) = factors.iter().find(|f| !(**f > 0.0 && f.is_finite())) {
+                return bail(format!(
+                    "GGUF tensor `{ROPE_FREQS}` holds {bad}; RoPE factors must be positive"
+                ));
+            }
+            for (f, d) in inv_freq.iter_mut().zip(&factors) {
+                *f /= d;
+            }
+        }
         Ok(Self {
             cfg,
             embed,

@@ -366,3 +366,23 @@ pub fn assert_agrees_with_gemma_reference(
         "{name}: only {exact} of {steps} exact"
     );
 }
+
+/// llama.cpp's `models/` folder of vocab-only GGUFs with their test strings
+/// (`scripts/llamacpp-vocab`): `FORMWORK_LLAMACPP_VOCAB`, else where that script puts it
+/// under `$FORMWORK_HOME`. None (after a `SKIPPED:` note) when absent.
+pub fn llamacpp_vocab_dir() -> Option<PathBuf> {
+    let dir = match std::env::var_os("FORMWORK_LLAMACPP_VOCAB") {
+        Some(d) => PathBuf::from(d),
+        None => registry::formwork_home()
+            .join("llamacpp/llama_cpp_python-0.3.36/vendor/llama.cpp/models"),
+    };
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "SKIPPED: llama.cpp's vocabularies are absent ({}); run scripts/llamacpp-vocab",
+            dir.display()
+        );
+        None
+    }
+}
