@@ -17,7 +17,8 @@ This writes RESULTS_DIR/input.jsonl (id, text), runs
 Reports (per e-mail and totals), in RESULTS_DIR/report.md and RESULTS_DIR/report.json:
 - whole: the e-mail wholly right (rows, address, billing and urgency all right);
 - rows: the (sku_grezzo, quantita) pairs as a multiset: matched rows, extra rows
-  (predicted, not in the gold) and missed rows (gold, not predicted);
+  (predicted, not in the gold) and missed rows (gold, not predicted), and their F1
+  (this set's slot F1);
 - address (`indirizzo_spedizione`) and billing (`cliente_fatturazione`), exact after
   folding case and spaces;
 - urgency: per gold row, right when a matched predicted row has the same `urgenza`;
@@ -147,6 +148,15 @@ def totals(scores):
     }
 
 
+def row_f1(t):
+    """F1 of the (SKU, quantity) rows: the slot F1 of this set (0 when nothing matched)."""
+    m = t["rows_matched"]
+    if m == 0:
+        return 0.0
+    p, r = m / (m + t["rows_extra"]), m / (m + t["rows_missed"])
+    return 2 * p * r / (p + r)
+
+
 def load_jsonl(path):
     with open(path, encoding="utf-8") as f:
         return [json.loads(l) for l in f if l.strip()]
@@ -209,6 +219,7 @@ def main():
         base.append(score_one(e["expected"], {"righe": [], "indirizzo_spedizione": None,
                                               "cliente_fatturazione": None}, e["text"]))
     t, b = totals(scores), totals(base)
+    t["row_f1"], b["row_f1"] = round(row_f1(t), 3), round(row_f1(b), 3)
     report = {"label": args.label, "command": cmd, "results": os.path.relpath(results),
               "totals": t, "all_null_baseline": b, "emails": scores}
     with open(os.path.join(args.out, "report.json"), "w", encoding="utf-8") as f:
@@ -223,6 +234,7 @@ def main():
         f"| e-mails wholly right | {t['whole']}/{n} ({pct(t['whole'], n)}) | {b['whole']}/{n} |",
         f"| rows right (SKU, quantity) | {t['rows_matched']}/{rg} matched, {t['rows_extra']} extra, "
         f"{t['rows_missed']} missed; {t['rows_right_emails']}/{n} e-mails | 0/{rg} |",
+        f"| row F1 (SKU, quantity) | {t['row_f1']:.2f} | {b['row_f1']:.2f} |",
         f"| address | {t['address']}/{n} | {b['address']}/{n} |",
         f"| billing | {t['billing']}/{n} | {b['billing']}/{n} |",
         f"| urgency (per gold row) | {t['urgency']}/{rg} | 0/{rg} |",
