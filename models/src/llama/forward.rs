@@ -373,7 +373,47 @@ fn attend<E: KvElem>(
 
 #[cfg(test)]
 mod tests {
-    use super::transpose;
+    use super::{attend, transpose};
+    use crate::quant::Isa;
+
+    /// Gemma 2's soft-cap in the attention: `attend` with a cap is the softmax of
+    /// `cap * tanh(scale * q.k / cap)`, written out; without it, of the plain scores. The
+    /// scores here (up to 17.7) are near enough the cap (20) that it moves the weights.
+    #[test]
+    fn attend_soft_caps_the_scores() {
+        let (hd, n, scale, cap) = (8, 5, 0.5f32, 20f32);
+        let q: Vec<f32> = (0..hd).map(|i| 1.0 + i as f32 * 0.5).collect();
+        let k: Vec<f32> = (0..n * hd)
+            .map(|i| ((i * 7 % 11) as f32 - 3.0) * 0.6)
+            .collect();
+        let v: Vec<f32> = (0..n * hd).map(|i| (i % 13) as f32 * 0.25).collect();
+        let want = |cap: Option<f32>| -> Vec<f32> {
+            let s: Vec<f32> = (0..n)
+                .map(|j| {
+                    let d: f32 = (0..hd).map(|i| q[i] * k[j * hd + i]).sum::<f32>() * scale;
+                    cap.map_or(d, |c| c * (d / c).tanh())
+                })
+                .collect();
+            let m = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            let e: Vec<f32> = s.iter().map(|x| (x - m).exp()).collect();
+            let sum: f32 = e.iter().sum();
+            (0..hd)
+                .map(|i| (0..n).map(|j| e[j] / sum * v[j * hd + i]).sum())
+                .collect()
+        };
+        let (capped, plain) = (want(Some(cap)), want(None));
+        assert!(
+            capped.iter().zip(&plain).any(|(a, b)| (a - b).abs() > 0.1),
+            "the cap must matter here"
+        );
+        for (c, expect) in [(Some(cap), &capped), (None, &plain)] {
+            let (mut sc, mut o) = (vec![0f32; n], vec![0f32; hd]);
+            attend(Isa::detect(), &q, &k, &v, hd, scale, c, &mut sc, &mut o);
+            for (got, want) in o.iter().zip(expect.iter()) {
+                assert!((got - want).abs() < 1e-3, "cap {c:?}: {o:?} vs {expect:?}");
+            }
+        }
+    }
 
     /// The tiled transpose against the definition, on shapes around and across the tile.
     #[test]
