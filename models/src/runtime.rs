@@ -438,7 +438,7 @@ pub fn load_with(spec: &str, options: LoadOptions) -> Result<LoadedModel> {
 }
 
 /// The architectures [`load`] runs.
-pub const SUPPORTED_ARCHS: &[&str] = &["llama", "gemma3", "qwen2", "qwen3"];
+pub const SUPPORTED_ARCHS: &[&str] = &["llama", "gemma2", "gemma3", "qwen2", "qwen3"];
 
 /// Load a GGUF file by path; `name` is what messages call it.
 pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<LoadedModel> {
@@ -458,19 +458,21 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
     let tokenizer = GgufTokenizer::from_gguf(&gguf.content).map_err(|e| file_err(one_line(&e)))?;
     let picked = options.device.pick()?;
     let device = picked.device;
-    let own = matches!(arch.as_str(), "llama" | "qwen2" | "qwen3" | "gemma3")
-        && match options.backend {
-            Backend::Candle => false,
-            Backend::Auto => device.is_cpu() && crate::quant::Isa::detect().is_simd(),
-            Backend::Formwork => {
-                if !device.is_cpu() {
-                    return Err(ModelError::Device(format!(
+    let own = matches!(
+        arch.as_str(),
+        "llama" | "qwen2" | "qwen3" | "gemma2" | "gemma3"
+    ) && match options.backend {
+        Backend::Candle => false,
+        Backend::Auto => device.is_cpu() && crate::quant::Isa::detect().is_simd(),
+        Backend::Formwork => {
+            if !device.is_cpu() {
+                return Err(ModelError::Device(format!(
                         "formwork's own {arch} model runs on the CPU only, not {device:?}; use --device cpu"
                     )));
-                }
-                true
             }
-        };
+            true
+        }
+    };
     // Only the CPU lacks the kernels; candle's CUDA and Metal kernels run Q4_1 / Q5_x as stored.
     if options.requantize && device.is_cpu() {
         // formwork's own model file has Q4_1 and Q5_0 kernels; Q5_1 still goes to Q8_0.
@@ -488,7 +490,7 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
     }
     let context_length = gguf.context_length(&arch);
     let (model, context_length): (Box<dyn LanguageModel>, usize) = match arch.as_str() {
-        "llama" | "qwen2" | "qwen3" | "gemma3" if own => {
+        "llama" | "qwen2" | "qwen3" | "gemma2" | "gemma3" if own => {
             let weights =
                 crate::llama::ModelWeights::from_gguf(gguf.content, &mut gguf.reader, &device)
                     .map_err(|e| file_err(format!("loading {arch} weights: {}", one_line(&e))))?
@@ -519,6 +521,11 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
                 Box::new(CandleModel::new(weights, vocab, ctx, device.clone())),
                 ctx,
             )
+        }
+        "gemma2" => {
+            return Err(file_err(format!(
+                "gemma2 (soft-capped attention and logits) runs on formwork's CPU model file only, not on candle's path ({device:?}); use --device cpu on a CPU with AVX2"
+            )))
         }
         "gemma3" => {
             let weights =

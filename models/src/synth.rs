@@ -1,7 +1,7 @@
 //! A GGUF file shaped like another one, with random weights: the same metadata (tokenizer
 //! and chat template included), the same tensor names, shapes and quantisation types
 //! ([`write_like`]); or shaped like a released model's config that no file here holds
-//! ([`write_family`]: Llama 3.2 1B, Qwen3 0.6B), with the tokenizer of a vocab-only GGUF,
+//! ([`write_family`]: Llama 3.2 1B, Qwen3 0.6B, Mistral 7B, Gemma 2 2B), with the tokenizer of a vocab-only GGUF,
 //! for the parity tests against llama.cpp (models/tests/family_parity.rs).
 //!
 //! For a machine the real model file cannot reach (scripts/gpu-check: the GPU machine
@@ -201,10 +201,26 @@ pub struct Family {
     pub qk_norm: bool,
     /// The output matrix is the embedding (no `output.weight`).
     pub tied: bool,
+    /// Gemma 2: norms after attention and the feed-forward block (`post_attention_norm`,
+    /// `post_ffw_norm`), and these keys: the sliding window of its local (even) layers,
+    /// and the soft-caps of the attention scores and the logits.
+    pub gemma2: Option<Gemma2>,
 }
 
-/// The families [`write_family`] writes: the configs of meta-llama/Llama-3.2-1B and
-/// Qwen/Qwen3-0.6B.
+/// The Gemma 2 keys [`write_family`] writes (`gemma2.attention.sliding_window`,
+/// `gemma2.attn_logit_softcapping`, `gemma2.final_logit_softcapping`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Gemma2 {
+    /// The released models have 4096; the synthesized file has 512, so that the
+    /// parity test's 2,000-token prompt crosses it.
+    pub sliding_window: usize,
+    pub attn_softcap: f32,
+    pub final_softcap: f32,
+}
+
+/// The families [`write_family`] writes: the configs of meta-llama/Llama-3.2-1B,
+/// Qwen/Qwen3-0.6B, mistralai/Mistral-7B-v0.3 (v0.2's RoPE base; v0.1 had 10000) and
+/// google/gemma-2-2b (its sliding window cut to 512).
 pub const FAMILIES: &[Family] = &[
     Family {
         name: "llama-3.2-1b",
@@ -226,6 +242,7 @@ pub const FAMILIES: &[Family] = &[
         }),
         qk_norm: false,
         tied: true,
+        gemma2: None,
     },
     Family {
         name: "qwen3-0.6b",
@@ -242,6 +259,45 @@ pub const FAMILIES: &[Family] = &[
         llama3_rope: None,
         qk_norm: true,
         tied: true,
+        gemma2: None,
+    },
+    Family {
+        name: "mistral-7b",
+        arch: "llama",
+        hidden: 4096,
+        layers: 32,
+        heads: 32,
+        kv_heads: 8,
+        head_dim: 128,
+        ffn: 14336,
+        rope_theta: 1_000_000.0,
+        rms_eps: 1e-5,
+        context: 32_768,
+        llama3_rope: None,
+        qk_norm: false,
+        tied: false,
+        gemma2: None,
+    },
+    Family {
+        name: "gemma-2-2b",
+        arch: "gemma2",
+        hidden: 2304,
+        layers: 26,
+        heads: 8,
+        kv_heads: 4,
+        head_dim: 256,
+        ffn: 9216,
+        rope_theta: 10_000.0,
+        rms_eps: 1e-6,
+        context: 8192,
+        llama3_rope: None,
+        qk_norm: false,
+        tied: true,
+        gemma2: Some(Gemma2 {
+            sliding_window: 512,
+            attn_softcap: 50.0,
+            final_softcap: 30.0,
+        }),
     },
 ];
 
@@ -390,6 +446,9 @@ pub fn write_family(
             p("attn_output.weight"),
             random_matrix(&mut rng, h, q, qtype)?,
         ));
+        if family.gemma2.is_some() {
+            tensors.push((p("post_attention_norm.weight"), norm(&mut rng, h)?));
+        }
         tensors.push((p("ffn_norm.weight"), norm(&mut rng, h)?));
         tensors.push((
             p("ffn_gate.weight"),
@@ -400,6 +459,9 @@ pub fn write_family(
             p("ffn_down.weight"),
             random_matrix(&mut rng, h, ffn, qtype)?,
         ));
+        if family.gemma2.is_some() {
+            tensors.push((p("post_ffw_norm.weight"), norm(&mut rng, h)?));
+        }
     }
 
     use gguf_file::Value as V;
@@ -442,6 +504,22 @@ pub fn write_family(
         ),
         (format!("{a}.vocab_size"), V::U32(n_vocab as u32)),
     ];
+    if let Some(g) = &family.gemma2 {
+        metadata.extend([
+            (
+                format!("{a}.attention.sliding_window"),
+                V::U32(g.sliding_window as u32),
+            ),
+            (
+                format!("{a}.attn_logit_softcapping"),
+                V::F32(g.attn_softcap),
+            ),
+            (
+                format!("{a}.final_logit_softcapping"),
+                V::F32(g.final_softcap),
+            ),
+        ]);
+    }
     let mut keys: Vec<&String> = content
         .metadata
         .keys()

@@ -1,6 +1,10 @@
 //! Model families against llama.cpp: Llama 3.2 1B's shape (`llama` with Llama 3's RoPE
-//! factors, `llama-bpe` tokenizer) and Qwen3 0.6B's (`qwen3`: per-head q/k norms, head size
-//! 128 beside a 1024 embedding), in Q8_0 and Q4_K.
+//! factors, `llama-bpe` tokenizer), Qwen3 0.6B's (`qwen3`: per-head q/k norms, head size
+//! 128 beside a 1024 embedding), Mistral 7B's (`llama` 4096 wide, 8 KV heads, an untied
+//! output, the SentencePiece `llama-spm` tokenizer) and Gemma 2 2B's (`gemma2`: soft-capped
+//! attention scores and logits, post-norms, every even layer local; its window cut to 512
+//! so that the prompt crosses it; `llama-spm` stands in for Gemma's vocabulary, which
+//! llama.cpp's vocab-only files lack), in Q8_0 and Q4_K.
 //!
 //! No such weights can be fetched here, so `synth::write_family` writes a GGUF with the
 //! family's real dimensions (2 of its layers), random weights (seed 1) and the tokenizer of
@@ -54,10 +58,13 @@ fn fixture(name: &str) -> Fixture {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The fixture's GGUF, written again into a fresh temporary folder.
+/// The fixture's GGUF, written again into a fresh temporary folder (one per call: tests
+/// that run at once may write the same fixture's file, and each removes its folder).
 fn synthesize(f: &Fixture, vocab_dir: &Path) -> (PathBuf, PathBuf) {
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!(
-        "formwork-family-{}-{}-{}",
+        "formwork-family-{}-{}-{}-{call}",
         f.family,
         f.qtype,
         std::process::id()
@@ -170,6 +177,47 @@ fn llama_3_2_1b_q8_0_matches_llamacpp() {
 #[test]
 fn llama_3_2_1b_q4_k_matches_llamacpp() {
     check("llama-3.2-1b.q4_k", Backend::Formwork, 0.15);
+}
+
+/// Mistral's 4096-wide layers make a case take over a minute on a busy 2-core machine,
+/// so the default run keeps the Q4_K case; this one runs with `--ignored`.
+#[test]
+#[ignore = "slow: about 80 s; the Q4_K case runs by default"]
+fn mistral_7b_q8_0_matches_llamacpp() {
+    check("mistral-7b.q8_0", Backend::Formwork, 0.1);
+}
+
+#[test]
+fn mistral_7b_q4_k_matches_llamacpp() {
+    check("mistral-7b.q4_k", Backend::Formwork, 0.15);
+}
+
+#[test]
+fn gemma_2_2b_q8_0_matches_llamacpp() {
+    check("gemma-2-2b.q8_0", Backend::Formwork, 0.1);
+}
+
+#[test]
+fn gemma_2_2b_q4_k_matches_llamacpp() {
+    check("gemma-2-2b.q4_k", Backend::Formwork, 0.15);
+}
+
+/// Gemma 2 runs on formwork's CPU file only: on candle's path it is refused in one line
+/// that names the architecture.
+#[test]
+fn gemma_2_on_candle_is_refused() {
+    let Some(vocab_dir) = common::llamacpp_vocab_dir() else {
+        return;
+    };
+    let f = fixture("gemma-2-2b.q8_0");
+    let (dir, path) = synthesize(&f, &vocab_dir);
+    let err = load_file(&path, "gemma2", common::cpu_options(Backend::Candle))
+        .err()
+        .expect("candle's path must refuse gemma2")
+        .to_string();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(err.contains("gemma2"), "{err}");
+    assert!(!err.contains('\n'), "{err}");
 }
 
 #[test]

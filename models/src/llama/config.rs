@@ -1,7 +1,7 @@
-//! GGUF metadata -> [`Config`]: the hyper-parameters of a llama, Qwen2, Qwen3 or Gemma 3 model,
-//! read from the `{arch}.*` keys and checked, so that a model this file cannot run (another
-//! architecture, experts, partial RoPE, an odd head size) fails here with the key named,
-//! before any tensor is read.
+//! GGUF metadata -> [`Config`]: the hyper-parameters of a llama, Qwen2, Qwen3, Gemma 2 or
+//! Gemma 3 model, read from the `{arch}.*` keys and checked, so that a model this file
+//! cannot run (another architecture, experts, partial RoPE, an odd head size) fails here
+//! with the key named, before any tensor is read.
 
 use candle_core::quantized::gguf_file;
 use candle_core::Result;
@@ -15,6 +15,9 @@ pub enum Arch {
     Qwen2,
     /// Qwen2's layer without the q/k/v biases, with per-head RMS norms of q and k.
     Qwen3,
+    /// Gemma 3's layer without the q/k norms, with soft-capped attention scores and
+    /// logits, every other layer local.
+    Gemma2,
     Gemma3,
 }
 
@@ -25,24 +28,37 @@ impl Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
+            Arch::Gemma2 => "gemma2",
             Arch::Gemma3 => "gemma3",
         }
     }
 
     fn from_name(name: &str) -> Option<Self> {
-        [Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Gemma3]
-            .into_iter()
-            .find(|a| a.name() == name)
+        [
+            Arch::Llama,
+            Arch::Qwen2,
+            Arch::Qwen3,
+            Arch::Gemma2,
+            Arch::Gemma3,
+        ]
+        .into_iter()
+        .find(|a| a.name() == name)
     }
 
     /// How RoPE pairs a head's values: the GGUF converter permutes llama's Wq and Wk for
-    /// interleaved pairs, and leaves Qwen2's, Qwen3's and Gemma 3's in the NeoX order
+    /// interleaved pairs, and leaves Qwen2's, Qwen3's and Gemma's in the NeoX order
     /// (llama.cpp's `rope_type`).
     pub fn rope(self) -> RopeStyle {
         match self {
             Arch::Llama => RopeStyle::Interleaved,
-            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 => RopeStyle::Neox,
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma2 | Arch::Gemma3 => RopeStyle::Neox,
         }
+    }
+
+    /// Gemma's layer: the embedding scaled by `sqrt(embedding_length)`, norms after the
+    /// attention and the feed-forward block, GELU-tanh.
+    pub fn gemma(self) -> bool {
+        matches!(self, Arch::Gemma2 | Arch::Gemma3)
     }
 
     /// Whether each head of q and k is RMS-normed before RoPE (`attn_q_norm`,
@@ -52,16 +68,18 @@ impl Arch {
     }
 }
 
-/// Gemma 3's local layers: they attend to the last `window` positions (themselves
+/// Gemma's local layers: they attend to the last `window` positions (themselves
 /// included) and rotate with their own RoPE base; every `pattern`-th layer is global.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sliding {
-    /// `gemma3.attention.sliding_window`.
+    /// `{arch}.attention.sliding_window` (Gemma 2: else 4096).
     pub window: usize,
-    /// `gemma3.attention.sliding_window_pattern`, else 6 (llama.cpp fixes it for Gemma 3;
-    /// the files carry no key). 0 makes every layer local.
+    /// `{arch}.attention.sliding_window_pattern`, else 6 for Gemma 3 and 2 for Gemma 2
+    /// (llama.cpp's defaults; the files carry no key): Gemma 2's even layers are local.
+    /// 0 makes every layer local.
     pub pattern: usize,
-    /// `gemma3.rope.freq_base_swa` or `gemma3.rope.local_freq_base`, else 10,000.
+    /// `{arch}.rope.freq_base_swa`, or `gemma3.rope.local_freq_base`, else 10,000 for
+    /// Gemma 3 and the global base for Gemma 2.
     pub rope_theta: f32,
 }
 
@@ -99,8 +117,13 @@ pub struct Config {
     /// The factor on `q k^T`: `1 / sqrt(head_dim)`, except Gemma 3 27B (62 layers), whose
     /// `query_pre_attn_scalar` is `embedding_length / head_count` (as llama.cpp).
     pub attn_scale: f32,
-    /// Local layers (Gemma 3); `None`: every layer sees every earlier position.
+    /// Local layers (Gemma 2, 3); `None`: every layer sees every earlier position.
     pub sliding: Option<Sliding>,
+    /// Gemma 2's soft-capping of the attention scores (after `attn_scale`, before the
+    /// mask): `s = cap * tanh(s / cap)`, `gemma2.attn_logit_softcapping` (else 50).
+    pub attn_softcap: Option<f32>,
+    /// The same on the output logits: `gemma2.final_logit_softcapping` (else 30).
+    pub final_softcap: Option<f32>,
 }
 
 impl Config {
@@ -113,7 +136,7 @@ impl Config {
         };
         let Some(arch) = Arch::from_name(&arch_name) else {
             return bail(format!(
-                "GGUF metadata `general.architecture` is `{arch_name}`; formwork's CPU model file runs llama, qwen2, qwen3 and gemma3"
+                "GGUF metadata `general.architecture` is `{arch_name}`; formwork's CPU model file runs llama, qwen2, qwen3, gemma2 and gemma3"
             ));
         };
         let a = arch.name();
@@ -194,13 +217,13 @@ impl Config {
             },
         };
         // llama.cpp's defaults where a llama file leaves a key out; Qwen2, Qwen3 and
-        // Gemma 3 files carry them.
+        // Gemma files carry them.
         let (rms_norm_eps, context_length) = match arch {
             Arch::Llama => (
                 opt_f32("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5),
                 get("context_length").unwrap_or(4096),
             ),
-            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 => (
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma2 | Arch::Gemma3 => (
                 match opt_f32("attention.layer_norm_rms_epsilon")? {
                     Some(e) => e,
                     None => {
@@ -220,22 +243,32 @@ impl Config {
                 candle_core::Error::Msg("GGUF tensor `token_embd.weight` is missing".into())
             })?;
         let num_hidden_layers = get("block_count")?;
+        let global_theta = opt_f32("rope.freq_base")?.unwrap_or(10_000.0);
         let (embed_scale, attn_scale, sliding) = match arch {
             Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => (1.0, 1.0 / (head_dim as f32).sqrt(), None),
-            Arch::Gemma3 => {
-                let window = get("attention.sliding_window")?;
+            Arch::Gemma2 | Arch::Gemma3 => {
+                let gemma2 = arch == Arch::Gemma2;
+                let window = match value("attention.sliding_window") {
+                    None if gemma2 => 4096,
+                    _ => get("attention.sliding_window")?,
+                };
                 if window == 0 {
                     return bail(format!("{a}.attention.sliding_window is 0"));
                 }
                 let pattern = match value("attention.sliding_window_pattern") {
                     Some(_) => get("attention.sliding_window_pattern")?,
+                    None if gemma2 => 2,
                     None => 6,
                 };
                 let rope_theta = match opt_f32("rope.freq_base_swa")? {
                     Some(f) => f,
+                    None if gemma2 => global_theta,
                     None => opt_f32("rope.local_freq_base")?.unwrap_or(10_000.0),
                 };
-                let scalar = if num_hidden_layers == 62 {
+                // llama.cpp's `query_pre_attn_scalar`: the head size, except for the
+                // largest of each (Gemma 2 27B, 46 layers; Gemma 3 27B, 62 layers).
+                let big = if gemma2 { 46 } else { 62 };
+                let scalar = if num_hidden_layers == big {
                     hidden_size / num_attention_heads
                 } else {
                     head_dim
@@ -251,6 +284,23 @@ impl Config {
                 )
             }
         };
+        let (attn_softcap, final_softcap) = if arch == Arch::Gemma2 {
+            let cap = |k: &str, default: f32| -> Result<Option<f32>> {
+                let c = opt_f32(k)?.unwrap_or(default);
+                if !(c > 0.0 && c.is_finite()) {
+                    return bail(format!(
+                        "GGUF metadata `{a}.{k}` is {c}; it must be positive"
+                    ));
+                }
+                Ok(Some(c))
+            };
+            (
+                cap("attn_logit_softcapping", 50.0)?,
+                cap("final_logit_softcapping", 30.0)?,
+            )
+        } else {
+            (None, None)
+        };
         Ok(Self {
             arch,
             vocab_size,
@@ -260,12 +310,14 @@ impl Config {
             num_key_value_heads,
             head_dim,
             rms_norm_eps,
-            rope_theta: opt_f32("rope.freq_base")?.unwrap_or(10_000.0),
+            rope_theta: global_theta,
             rope_scaling_factor,
             context_length,
             embed_scale,
             attn_scale,
             sliding,
+            attn_softcap,
+            final_softcap,
         })
     }
 

@@ -9,7 +9,7 @@ use rayon::prelude::*;
 
 use super::cache::LayerCache;
 use super::weights::{Embedding, Linear, Weights};
-use super::{bail, threads, Arch, Config, RopeStyle};
+use super::{bail, threads, Config, RopeStyle};
 use crate::quant::{attn_mix, attn_scores, Isa, KvElem, Q8Acts, QMatrix};
 
 /// The forward pass of `segs.len()` sequences: segment `s` feeds `segs[s].0` at positions
@@ -84,16 +84,13 @@ pub(super) fn forward_impl(
         add(&mut x, &o);
         rms_norm(&x, &layer.ffn_norm, eps, &mut h);
         let [mut g, u] = project(isa, [&layer.gate, &layer.up], &h, n, &mut acts)?;
-        match cfg.arch {
-            Arch::Gemma3 => {
-                for (g, u) in g.iter_mut().zip(&u) {
-                    *g = gelu_tanh(*g) * u;
-                }
+        if cfg.arch.gemma() {
+            for (g, u) in g.iter_mut().zip(&u) {
+                *g = gelu_tanh(*g) * u;
             }
-            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
-                for (g, u) in g.iter_mut().zip(&u) {
-                    *g = *g / (1.0 + (-*g).exp()) * u;
-                }
+        } else {
+            for (g, u) in g.iter_mut().zip(&u) {
+                *g = *g / (1.0 + (-*g).exp()) * u;
             }
         }
         let [mut d] = project(isa, [&layer.down], &g, n, &mut acts)?;
@@ -110,9 +107,18 @@ pub(super) fn forward_impl(
         end += toks.len();
         rms_norm(&x[(end - 1) * dim..end * dim], &w.norm, eps, out);
     }
-    let [logits] = project(isa, [&w.output], &hn, b, &mut acts)?;
+    let [mut logits] = project(isa, [&w.output], &hn, b, &mut acts)?;
+    if let Some(cap) = cfg.final_softcap {
+        soft_cap(&mut logits, cap);
+    }
     let vocab = logits.len() / b;
     Ok(logits.chunks_exact(vocab).map(|c| c.to_vec()).collect())
+}
+
+/// `cap * tanh(v / cap)` in place (Gemma 2's soft-capping).
+fn soft_cap(x: &mut [f32], cap: f32) {
+    let inv = 1.0 / cap;
+    x.iter_mut().for_each(|v| *v = cap * (*v * inv).tanh());
 }
 
 /// GELU, tanh approximation (Gemma's `gelu_pytorch_tanh`, candle's `gelu`).
@@ -301,6 +307,7 @@ fn attention(
     let group = heads / cfg.num_key_value_heads;
     let kvd = cfg.kv_dim();
     let scale = cfg.attn_scale;
+    let cap = cfg.attn_softcap;
     let mut out = vec![0f32; positions.len() * heads * hd];
     let one = |idx: usize, o: &mut [f32]| {
         let (r, h) = (idx / heads, idx % heads);
@@ -313,10 +320,10 @@ fn attention(
         let from = start * kvd + g * hd;
         match c {
             LayerCache::F32 { k, v } => {
-                attend(isa, qh, &k[from..], &v[from..], kvd, scale, &mut sc, o)
+                attend(isa, qh, &k[from..], &v[from..], kvd, scale, cap, &mut sc, o)
             }
             LayerCache::F16 { k, v } => {
-                attend(isa, qh, &k[from..], &v[from..], kvd, scale, &mut sc, o)
+                attend(isa, qh, &k[from..], &v[from..], kvd, scale, cap, &mut sc, o)
             }
         }
     };
@@ -332,8 +339,9 @@ fn attention(
     out
 }
 
-/// One head of one row: scores over the positions in `k`, their softmax, and the
-/// weighted sum of `v` into `o` (`sc` holds one score per position).
+/// One head of one row: scores over the positions in `k` (soft-capped when `cap` is
+/// set), their softmax, and the weighted sum of `v` into `o` (`sc` holds one score per
+/// position).
 #[allow(clippy::too_many_arguments)]
 fn attend<E: KvElem>(
     isa: Isa,
@@ -342,10 +350,14 @@ fn attend<E: KvElem>(
     v: &[E],
     stride: usize,
     scale: f32,
+    cap: Option<f32>,
     sc: &mut [f32],
     o: &mut [f32],
 ) {
     attn_scores(isa, q, k, stride, scale, sc);
+    if let Some(cap) = cap {
+        soft_cap(sc, cap);
+    }
     let max = sc.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
     let mut sum = 0f32;
     for v in sc.iter_mut() {
@@ -361,7 +373,47 @@ fn attend<E: KvElem>(
 
 #[cfg(test)]
 mod tests {
-    use super::transpose;
+    use super::{attend, transpose};
+    use crate::quant::Isa;
+
+    /// Gemma 2's soft-cap in the attention: `attend` with a cap is the softmax of
+    /// `cap * tanh(scale * q.k / cap)`, written out; without it, of the plain scores. The
+    /// scores here (up to 17.7) are near enough the cap (20) that it moves the weights.
+    #[test]
+    fn attend_soft_caps_the_scores() {
+        let (hd, n, scale, cap) = (8, 5, 0.5f32, 20f32);
+        let q: Vec<f32> = (0..hd).map(|i| 1.0 + i as f32 * 0.5).collect();
+        let k: Vec<f32> = (0..n * hd)
+            .map(|i| ((i * 7 % 11) as f32 - 3.0) * 0.6)
+            .collect();
+        let v: Vec<f32> = (0..n * hd).map(|i| (i % 13) as f32 * 0.25).collect();
+        let want = |cap: Option<f32>| -> Vec<f32> {
+            let s: Vec<f32> = (0..n)
+                .map(|j| {
+                    let d: f32 = (0..hd).map(|i| q[i] * k[j * hd + i]).sum::<f32>() * scale;
+                    cap.map_or(d, |c| c * (d / c).tanh())
+                })
+                .collect();
+            let m = s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            let e: Vec<f32> = s.iter().map(|x| (x - m).exp()).collect();
+            let sum: f32 = e.iter().sum();
+            (0..hd)
+                .map(|i| (0..n).map(|j| e[j] / sum * v[j * hd + i]).sum())
+                .collect()
+        };
+        let (capped, plain) = (want(Some(cap)), want(None));
+        assert!(
+            capped.iter().zip(&plain).any(|(a, b)| (a - b).abs() > 0.1),
+            "the cap must matter here"
+        );
+        for (c, expect) in [(Some(cap), &capped), (None, &plain)] {
+            let (mut sc, mut o) = (vec![0f32; n], vec![0f32; hd]);
+            attend(Isa::detect(), &q, &k, &v, hd, scale, c, &mut sc, &mut o);
+            for (got, want) in o.iter().zip(expect.iter()) {
+                assert!((got - want).abs() < 1e-3, "cap {c:?}: {o:?} vs {expect:?}");
+            }
+        }
+    }
 
     /// The tiled transpose against the definition, on shapes around and across the tile.
     #[test]

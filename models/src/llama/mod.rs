@@ -1,6 +1,6 @@
-//! Llama (SmolLM2, Llama 3.x and kin), Qwen2, Qwen3 and Gemma 3 from a GGUF file on the
-//! CPU, in candle's model-file shape: a `Config` read from the `llama.*`, `qwen2.*`,
-//! `qwen3.*` or `gemma3.*` metadata, `ModelWeights::from_gguf`, `forward(input, index_pos)` and
+//! Llama (SmolLM2, Llama 3.x, Mistral 7B and kin), Qwen2, Qwen3, Gemma 2 and Gemma 3 from
+//! a GGUF file on the CPU, in candle's model-file shape: a `Config` read from the `llama.*`,
+//! `qwen2.*`, `qwen3.*`, `gemma2.*` or `gemma3.*` metadata, `ModelWeights::from_gguf`, `forward(input, index_pos)` and
 //! `clear_kv_cache()`.
 //!
 //! formwork carries its own file for speed on the CPU; `candle_transformers`'
@@ -16,26 +16,29 @@
 //!   every token. Here each layer's cache is a `Vec<f32>` that grows in place.
 //!
 //! One layer, as llama.cpp computes it (`llm_build_llama`, `llm_build_qwen2`,
-//! `llm_build_qwen3`, `llm_build_gemma3`):
+//! `llm_build_qwen3`, `llm_build_gemma2_iswa`, `llm_build_gemma3`):
 //!
 //! ```text
-//! x = embed(ids) * embed_scale                      (Gemma 3: sqrt(embedding_length); else 1)
+//! x = embed(ids) * embed_scale                      (Gemma: sqrt(embedding_length); else 1)
 //! per layer:  h = rms(x, attn_norm)
 //!             q, k, v = h Wq (+ bq), h Wk (+ bk), h Wv (+ bv)   (biases: Qwen2; GQA: n_kv_head <= n_head)
 //!             q, k = rms(q, q_norm), rms(k, k_norm) per head   (Qwen3, Gemma 3)
 //!             q, k = RoPE, base {arch}.rope.freq_base: interleaved pairs (2i, 2i + 1) for
-//!                    llama, NeoX halves (i, i + head_dim / 2) for Qwen2, Qwen3, Gemma 3;
+//!                    llama, NeoX halves (i, i + head_dim / 2) for Qwen2, Qwen3, Gemma;
 //!                    pair i's angle divided by rope_freqs[i] where the file has it (Llama 3.1+)
-//!             a = softmax(q k^T * attn_scale + causal mask) v Wo
-//!             x = x + a                      (Gemma 3: x + rms(a, post_attention_norm))
-//!             h = rms(x, ffn_norm);  f = (act(h Wgate) * h Wup) Wdown   (act: SiLU; Gemma 3: GELU-tanh)
-//!             x = x + f                      (Gemma 3: x + rms(f, post_ffw_norm))
+//!             s = q k^T * attn_scale;  Gemma 2: s = 50 tanh(s / 50)   (attn_logit_softcapping)
+//!             a = softmax(s + causal mask) v Wo
+//!             x = x + a                      (Gemma: x + rms(a, post_attention_norm))
+//!             h = rms(x, ffn_norm);  f = (act(h Wgate) * h Wup) Wdown   (act: SiLU; Gemma: GELU-tanh)
+//!             x = x + f                      (Gemma: x + rms(f, post_ffw_norm))
 //! logits = rms(x_last, output_norm) Wout     (Wout = output.weight, or token_embd.weight when tied)
+//!          Gemma 2: logits = 30 tanh(logits / 30)      (final_logit_softcapping)
 //! ```
 //!
 //! Gemma 3's local layers (five of every six) see only the last `sliding_window`
 //! positions and rotate with their own RoPE base (10,000; the global layers use
-//! `gemma3.rope.freq_base`). The cache keeps every position; a local layer's attention
+//! `gemma3.rope.freq_base`). Gemma 2's local layers are the even ones (0, 2, ...; llama.cpp's
+//! pattern 2), with the one RoPE base of every layer. The cache keeps every position; a local layer's attention
 //! starts `sliding_window` positions back. Gemma's norm weights are used as stored:
 //! llama.cpp's converter already adds the `1 +` of its RMSNorm into the GGUF tensors.
 //!

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use candle_core::quantized::{gguf_file, GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Result};
 
-use super::{bail, Arch, Config};
+use super::{bail, Config};
 use crate::quant::{Format, QMatrix};
 
 /// A weight matrix: the file's blocks through our kernels when [`crate::quant`] has them
@@ -175,7 +175,7 @@ impl Weights {
         let kv = cfg.kv_dim();
         let qd = cfg.q_dim();
         let hd = cfg.head_dim;
-        let gemma = cfg.arch == Arch::Gemma3;
+        let gemma = cfg.arch.gemma();
         let norm = vector(
             tensor(reader, "output_norm.weight")?,
             "output_norm.weight",
