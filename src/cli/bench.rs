@@ -79,14 +79,14 @@ pub struct BenchArgs {
     #[arg(long, value_name = "NATS", default_value_t = 0.0, allow_negative_numbers = true,
           value_parser = super::parse_nats)]
     pub null_bias: f32,
-    /// Ground every nullable string of the schema (free text, and enums of strings):
-    /// a value the document does not state (case-insensitive, spaces folded) is taken
-    /// back and written `null`. `--grounded=distinct` also takes back a value an
-    /// earlier grounded field already holds (one quotation, one field). Fields marked
-    /// `"x-formwork-grounded": true` are grounded without it. README "Extraction".
+    /// Grounding of the schema's nullable strings, as `extract --grounded`: `distinct`
+    /// (the default, as in `extract`), `stated` (what `--grounded` alone means), or
+    /// `off` (only the fields marked `"x-formwork-grounded": true`). A value the
+    /// document does not state is taken back and written `null`. README "Extraction".
     #[arg(long, value_name = "MODE", num_args = 0..=1, require_equals = true,
-          default_missing_value = "stated", value_parser = super::parse_ground_mode)]
-    pub grounded: Option<crate::engine::ground::GroundMode>,
+          default_value = "distinct", default_missing_value = "stated",
+          value_parser = super::parse_ground_arg)]
+    pub grounded: super::GroundArg,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -198,7 +198,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
             prompt: a.prompt.into(),
             null_lookahead: a.null_lookahead,
             null_bias: a.null_bias,
-            grounded: a.grounded,
+            grounded: a.grounded.0,
             ..Default::default()
         },
         exact_strings: a.exact_strings,

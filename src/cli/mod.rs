@@ -228,4 +228,19 @@ mod tests {
         argv.extend_from_slice(&bad);
         assert!(Cli::try_parse_from(argv).is_err());
     }
+
+    #[test]
+    fn bench_grounds_as_extract_does_by_default() {
+        let bench = |args: &[&str]| {
+            let mut argv = vec!["formwork", "bench", "--dataset", "d.jsonl"];
+            argv.extend_from_slice(args);
+            match Cli::try_parse_from(argv).unwrap().command {
+                Command::Bench(b) => b.grounded,
+                _ => unreachable!(),
+            }
+        };
+        assert_eq!(bench(&[]), extract(&[]).grounded);
+        assert_eq!(bench(&["--grounded"]), GroundArg(Some(GroundMode::Stated)));
+        assert_eq!(bench(&["--grounded=off"]), GroundArg(None));
+    }
 }
