@@ -27,7 +27,16 @@ Reports (per e-mail and totals), in RESULTS_DIR/report.md and RESULTS_DIR/report
   in the e-mail (case and runs of whitespace folded). `ragionamento` (required, a
   quotation that may join two sentences) is counted apart, as unquoted reasoning.
 Alongside: the all-null baseline (an answer with no rows and null address and billing)
-on the same measures. Standard library only.
+on the same measures.
+
+Review: every value formwork wrote for `sku_grezzo`, `quantita`, `urgenza` (per row) and
+the address and billing is judged right or wrong (a row is paired with the gold row of
+the same SKU and quantity, else of the same SKU; a row with neither is wrong in all three),
+then three ways to pick values for a person to check are compared on how many of the
+wrong ones they catch: the least-confident 10% and 20% of values (`confidence`), the
+values below `--review-below` (`needs_review`), and the values the model itself lists in
+`campi_incerti` (the schema's "uncertain fields"). Rows the model missed hold no value to
+check and are counted apart. Standard library only.
 """
 
 import argparse
@@ -148,6 +157,67 @@ def totals(scores):
     }
 
 
+def judged_values(gold, pred):
+    """(JSON Pointer, right?) for each value a reviewer could check, and the missed gold rows."""
+    out = []
+    if not isinstance(pred, dict):
+        return out, len(gold["righe"])
+    rows = pred.get("righe") if isinstance(pred.get("righe"), list) else []
+    free = list(range(len(gold["righe"])))
+    pairs = []
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            continue
+        pick = next((j for j in free if row_key(gold["righe"][j]) == row_key(r)), None)
+        if pick is None:
+            pick = next((j for j in free
+                         if norm_sku(gold["righe"][j]["sku_grezzo"]) == norm_sku(r.get("sku_grezzo"))), None)
+        if pick is not None:
+            free.remove(pick)
+        pairs.append((i, r, pick))
+    for i, r, j in pairs:
+        g = gold["righe"][j] if j is not None else None
+        out.append((f"/righe/{i}/sku_grezzo", g is not None))
+        out.append((f"/righe/{i}/quantita", g is not None and r.get("quantita") == g["quantita"]))
+        out.append((f"/righe/{i}/urgenza", g is not None and r.get("urgenza") == g["urgenza"]))
+    for k in TOP_STRINGS:
+        out.append((f"/{k}", same_text(pred.get(k), gold[k])))
+    return out, len(free)
+
+
+def review(emails, by_id):
+    """How many wrong values each way of picking values for review catches."""
+    vals, missed_rows = [], 0
+    for e in emails:
+        rec = by_id.get(e["id"], {})
+        conf = rec.get("confidence") or {}
+        own = {"/" + str(p).replace(".", "/") for p in ((rec.get("value") or {}).get("campi_incerti") or [])
+               if isinstance(p, str)}
+        flagged = {r.split(" has confidence")[0] for r in rec.get("review_reasons") or []}
+        judged, missed = judged_values(e["expected"], rec.get("value"))
+        missed_rows += missed
+        for ptr, right in judged:
+            # A value the model did not write (a null) has its confidence under its pointer too.
+            vals.append({"id": e["id"], "pointer": ptr, "right": right, "confidence": conf.get(ptr),
+                         "own": ptr in own, "below": ptr in flagged})
+    wrong = [v for v in vals if not v["right"]]
+    res = {"values": len(vals), "wrong": len(wrong), "gold_rows_missed": missed_rows, "ways": {}}
+    ranked = sorted(vals, key=lambda v: (v["confidence"] if v["confidence"] is not None else 1.0))
+    for share in (0.05, 0.10, 0.20):
+        k = round(share * len(vals))
+        pick = ranked[:k]
+        res["ways"][f"least-confident {share:.0%}"] = {
+            "checked": k, "wrong_caught": sum(not v["right"] for v in pick)}
+    for name, key in (("needs_review (below --review-below)", "below"),
+                      ("the model's own campi_incerti", "own")):
+        pick = [v for v in vals if v[key]]
+        res["ways"][name] = {"checked": len(pick), "wrong_caught": sum(not v["right"] for v in pick)}
+    pick = [v for v in vals if v["own"] or v["below"]]
+    res["ways"]["either"] = {"checked": len(pick), "wrong_caught": sum(not v["right"] for v in pick)}
+    res["wrong_values"] = [(v["id"], v["pointer"], v["confidence"], v["own"]) for v in wrong]
+    return res
+
+
 def row_f1(t):
     """F1 of the (SKU, quantity) rows: the slot F1 of this set (0 when nothing matched)."""
     m = t["rows_matched"]
@@ -206,6 +276,12 @@ def main():
     else:
         ap.error("give --run or --results")
     os.makedirs(args.out, exist_ok=True)
+    earlier = os.path.join(args.out, "report.json")
+    if cmd is None and os.path.exists(earlier):
+        # Rescoring in place keeps the command that made the results.
+        with open(earlier, encoding="utf-8") as f:
+            old = json.load(f)
+        cmd, args.label = old.get("command"), args.label or old.get("label", "")
     by_id = {str(r.get("id")): r for r in load_jsonl(results)}
     per, scores, base = [], [], []
     for e in emails:
@@ -220,8 +296,9 @@ def main():
                                               "cliente_fatturazione": None}, e["text"]))
     t, b = totals(scores), totals(base)
     t["row_f1"], b["row_f1"] = round(row_f1(t), 3), round(row_f1(b), 3)
+    rv = review(emails, by_id)
     report = {"label": args.label, "command": cmd, "results": os.path.relpath(results),
-              "totals": t, "all_null_baseline": b, "emails": scores}
+              "totals": t, "all_null_baseline": b, "review": rv, "emails": scores}
     with open(os.path.join(args.out, "report.json"), "w", encoding="utf-8") as f:
         json.dump(report, f, ensure_ascii=False, indent=1)
     n, rg = t["emails"], t["rows_gold"]
@@ -241,6 +318,14 @@ def main():
         f"| values not stated in the e-mail | {t['not_stated_values']} "
         f"(in {t['emails_with_not_stated']} e-mails) | 0 |",
         f"| reasoning not a verbatim quote | {t['reasoning_unquoted']}/{t['rows_pred']} rows | - |",
+        "",
+        f"Review: {rv['values']} values a person could check, {rv['wrong']} of them wrong "
+        f"(and {rv['gold_rows_missed']} gold rows missed, with no value to check).",
+        "",
+        "| values checked | how many | wrong ones caught |",
+        "|---|---|---|",
+    ] + [f"| {name} | {w['checked']} | {w['wrong_caught']}/{rv['wrong']} ({pct(w['wrong_caught'], rv['wrong'])}) |"
+         for name, w in rv["ways"].items()] + [
         "",
         "| id | whole | rows (match/extra/miss) | address | billing | urgency | not stated | verdict |",
         "|---|---|---|---|---|---|---|---|",
