@@ -239,7 +239,12 @@ fn project<const N: usize>(
                         m.cols()
                     ));
                 }
-                let chunk = m.rows().div_ceil(threads * 4).max(4);
+                let align = m.row_align();
+                let chunk = m
+                    .rows()
+                    .div_ceil(threads * 4)
+                    .max(4)
+                    .next_multiple_of(align);
                 for (i, c) in out.chunks_mut(chunk * n).enumerate() {
                     tasks.push((m, i * chunk, c));
                 }

@@ -27,6 +27,7 @@ use std::sync::OnceLock;
 
 pub mod attn;
 pub mod kquant;
+pub mod packed;
 
 pub use attn::{attn_mix, attn_scores, KvElem};
 
@@ -127,6 +128,8 @@ pub struct QMatrix {
     rows: usize,
     cols: usize,
     data: Vec<u8>,
+    /// Rows interleaved by groups of [`packed::R`] ([`Self::interleave`]).
+    packed: bool,
 }
 
 impl QMatrix {
@@ -151,7 +154,48 @@ impl QMatrix {
             rows,
             cols,
             data,
+            packed: false,
         })
+    }
+
+    /// This matrix with its rows interleaved by groups of eight ([`packed`]) where `isa`
+    /// has kernels for that layout (AVX-512 VNNI) and the format and row count allow it;
+    /// else unchanged. Decode and prefill both run on the interleaved layout; a row is
+    /// taken back to the GGUF layout for an embedding lookup or another `Isa`.
+    pub fn interleave(self, isa: Isa) -> Self {
+        if self.packed
+            || isa != Isa::Avx512Vnni
+            || !packed::supports(self.format)
+            || !self.rows.is_multiple_of(packed::R)
+        {
+            return self;
+        }
+        let data = packed::pack(self.format, self.rows, self.cols, &self.data);
+        drop(self.data);
+        Self {
+            data,
+            packed: true,
+            ..self
+        }
+    }
+
+    /// Whether the rows are interleaved ([`Self::interleave`]).
+    pub fn is_interleaved(&self) -> bool {
+        self.packed
+    }
+
+    /// Callers of [`Self::dot_rows`] split the rows at multiples of this.
+    pub fn row_align(&self) -> usize {
+        if self.packed {
+            packed::R
+        } else {
+            1
+        }
+    }
+
+    /// Bytes the weights take in memory.
+    pub fn bytes(&self) -> usize {
+        self.data.len()
     }
 
     pub fn format(&self) -> Format {
@@ -170,9 +214,25 @@ impl QMatrix {
         self.format.row_bytes(self.cols)
     }
 
-    fn row(&self, r: usize) -> &[u8] {
+    /// Row `r` in the GGUF layout: borrowed, or gathered from its interleaved group.
+    fn row(&self, r: usize) -> std::borrow::Cow<'_, [u8]> {
         let n = self.row_bytes();
-        &self.data[r * n..(r + 1) * n]
+        if !self.packed {
+            return std::borrow::Cow::Borrowed(&self.data[r * n..(r + 1) * n]);
+        }
+        let (f, bb) = (self.format, self.format.block_bytes());
+        let (nb, gbb) = (n / bb, packed::group_block_bytes(f));
+        let g = r / packed::R;
+        let mut row = vec![0u8; n];
+        for (b, dst) in row.chunks_exact_mut(bb).enumerate() {
+            packed::unpack_block(
+                f,
+                &self.data[(g * nb + b) * gbb..][..gbb],
+                r % packed::R,
+                dst,
+            );
+        }
+        std::borrow::Cow::Owned(row)
     }
 
     /// Row `r` as f32 (an embedding lookup).
@@ -216,6 +276,9 @@ impl QMatrix {
         assert_eq!(out.len() % n.max(1), 0);
         let rows = out.len() / n.max(1);
         assert!(r0 + rows <= self.rows);
+        if self.packed {
+            return self.dot_rows_packed(isa, r0, acts, out);
+        }
         // Each row's blocks are unpacked once for up to four tokens. Rows go in groups of
         // about 16 KB of weights, each group against every four tokens (then the one to
         // three left), so that the tokens' activations stay in L1 across the group. Every
@@ -237,6 +300,78 @@ impl QMatrix {
         }
     }
 
+    /// [`Self::dot_rows`] on interleaved rows (`r0` and the row count multiples of 8).
+    fn dot_rows_packed(&self, isa: Isa, r0: usize, acts: &Q8Acts, out: &mut [f32]) {
+        let n = acts.n;
+        let rows = out.len() / n.max(1);
+        #[cfg(target_arch = "x86_64")]
+        if isa == Isa::Avx512Vnni {
+            let r = packed::R;
+            assert!(
+                r0.is_multiple_of(r) && rows.is_multiple_of(r),
+                "interleaved rows go by {r}"
+            );
+            let gb = self.cols / self.format.block_elems() * packed::group_block_bytes(self.format);
+            // Groups of rows of about 128 KB of weights (in L2) against four tokens at a
+            // time (their activations in L1).
+            let sg = (131072 / gb).max(1);
+            let (g0, groups) = (r0 / r, rows / r);
+            for s in (0..groups).step_by(sg) {
+                let mut t = 0;
+                while t < n {
+                    let k = (n - t).min(4);
+                    for g in s..(s + sg).min(groups) {
+                        let w = &self.data[(g0 + g) * gb..][..gb];
+                        let o = &mut out[g * r * n..(g + 1) * r * n];
+                        match k {
+                            1 => self.group::<1>(w, acts, t, o),
+                            2 => self.group::<2>(w, acts, t, o),
+                            3 => self.group::<3>(w, acts, t, o),
+                            _ => self.group::<4>(w, acts, t, o),
+                        }
+                    }
+                    t += k;
+                }
+            }
+            return;
+        }
+        // Other kernels: each row back in the GGUF layout.
+        for (i, out_row) in out.chunks_exact_mut(n).enumerate() {
+            let w = self.row(r0 + i);
+            for (t, o) in out_row.iter_mut().enumerate() {
+                *o = dot(isa, self.format, &w, acts.token(t));
+            }
+        }
+    }
+
+    /// One interleaved group `w` against tokens `t..t + N`, into `out` (8 rows of `n`).
+    #[cfg(target_arch = "x86_64")]
+    fn group<const N: usize>(&self, w: &[u8], acts: &Q8Acts, t: usize, out: &mut [f32]) {
+        use std::arch::x86_64::*;
+        let a: [Q8Row<'_>; N] = std::array::from_fn(|j| acts.token(t + j));
+        // SAFETY: only called for `Isa::Avx512Vnni`, which `available()` yields only where
+        // the CPU has AVX-512 VNNI, VL, BW and AVX2, FMA, F16C; the kernels check `w`'s
+        // length against the activations'.
+        let v = unsafe {
+            match self.format {
+                Format::Q5_0 => packed::x86::group_q5_0::<N>(w, a),
+                Format::Q8_0 => packed::x86::group_q8_0::<N>(w, a),
+                Format::Q4_K => packed::x86::group_q4_k::<N>(w, a),
+                Format::Q6_K => packed::x86::group_q6_k::<N>(w, a),
+                Format::Q4_1 => unreachable!("Q4_1 is not interleaved"),
+            }
+        };
+        let n = acts.n;
+        for (j, v) in v.iter().enumerate() {
+            let mut lanes = [0f32; packed::R];
+            // SAFETY: `lanes` holds 8 f32.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), *v) };
+            for (r, x) in lanes.iter().enumerate() {
+                out[r * n + t + j] = *x;
+            }
+        }
+    }
+
     /// Tokens `t..t + N` against the rows from `row0` that `out_rows` holds (`n` each).
     fn tile<const N: usize>(
         &self,
@@ -250,9 +385,9 @@ impl QMatrix {
         for (i, out_row) in out_rows.chunks_exact_mut(acts.n).enumerate() {
             let w = self.row(row0 + i);
             if N == 1 {
-                out_row[t] = dot(isa, self.format, w, a[0]);
+                out_row[t] = dot(isa, self.format, &w, a[0]);
             } else {
-                out_row[t..t + N].copy_from_slice(&dot_tokens(isa, self.format, w, a));
+                out_row[t..t + N].copy_from_slice(&dot_tokens(isa, self.format, &w, a));
             }
         }
     }
@@ -278,6 +413,8 @@ pub struct Q8Acts {
     qs: Vec<i8>,
     /// Per block: `[d8, d8 * sum(a)]`.
     ds: Vec<[f32; 2]>,
+    /// Per block: the sums of `a` over its two halves of 16.
+    hs: Vec<[i32; 2]>,
 }
 
 /// One token's quantised activations.
@@ -285,6 +422,7 @@ pub struct Q8Acts {
 pub struct Q8Row<'a> {
     qs: &'a [i8],
     ds: &'a [[f32; 2]],
+    hs: &'a [[i32; 2]],
 }
 
 impl Q8Acts {
@@ -295,23 +433,27 @@ impl Q8Acts {
         self.cols = cols;
         self.qs.resize(n * cols, 0);
         self.ds.resize(n * cols / QK, [0.0; 2]);
-        for ((xb, qb), ds) in x
+        self.hs.resize(n * cols / QK, [0; 2]);
+        for (((xb, qb), ds), hs) in x
             .chunks_exact(QK)
             .zip(self.qs.chunks_exact_mut(QK))
             .zip(self.ds.iter_mut())
+            .zip(self.hs.iter_mut())
         {
             let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
             let d = amax / 127.0;
             let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-            let mut sum = 0i32;
-            for (q, &v) in qb.iter_mut().zip(xb) {
+            let mut half = [0i32; 2];
+            for (i, (q, &v)) in qb.iter_mut().zip(xb).enumerate() {
                 // Round to nearest, ties to even, without a libm call: exact for |v| <= 127.
                 const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23
                 let r = ((v * id + MAGIC) - MAGIC) as i32;
                 *q = r as i8;
-                sum += r;
+                half[i / 16] += r;
             }
+            let sum = half[0] + half[1];
             *ds = [d, d * sum as f32];
+            *hs = half;
         }
     }
 
@@ -324,6 +466,7 @@ impl Q8Acts {
         Q8Row {
             qs: &self.qs[t * self.cols..(t + 1) * self.cols],
             ds: &self.ds[t * nb..(t + 1) * nb],
+            hs: &self.hs[t * nb..(t + 1) * nb],
         }
     }
 }
@@ -771,14 +914,66 @@ mod tests {
                                 "{f:?} {isa:?} rows={rows} cols={cols} r={r} t={t}: {got} vs {want} (tol {tol})"
                             );
                             // The scalar reference, on the same integer sums.
-                            let scalar = dot_scalar(f, w.row(r), acts.token(t)) as f64;
+                            let scalar = dot_scalar(f, &w.row(r), acts.token(t)) as f64;
                             assert!(
                                 (scalar - want).abs() <= tol,
                                 "{f:?} scalar: {scalar} vs {want}"
                             );
                             // Tiles and single dots add in the same order: batch-invariant.
-                            let alone = dot(isa, f, w.row(r), acts.token(t));
+                            let alone = dot(isa, f, &w.row(r), acts.token(t));
                             assert_eq!(got as f32, alone, "{f:?} {isa:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The interleaved layout: it gives back the GGUF rows, and its kernels match the
+    /// reference within the same tolerance, alone or in a batch (bit for bit), split at
+    /// any group of eight rows.
+    #[test]
+    fn interleaved_kernels_match_the_reference() {
+        let mut rng = Rng(0x2545f4914f6cdd1d);
+        for f in FORMATS.into_iter().filter(|&f| packed::supports(f)) {
+            for &(rows, blocks, n) in &[(8, 1, 1), (16, 3, 5), (24, 19, 9), (8, 28, 4), (16, 2, 2)]
+            {
+                let cols = blocks * f.block_elems();
+                let plain = random_matrix(&mut rng, f, rows, cols);
+                let w = plain.clone().interleave(Isa::Avx512Vnni);
+                assert!(w.is_interleaved());
+                let mut a = vec![0f32; cols];
+                let mut b = vec![0f32; cols];
+                for r in 0..rows {
+                    assert_eq!(plain.row(r), w.row(r), "{f:?} row {r}");
+                    plain.dequantize_row(r, &mut a);
+                    w.dequantize_row(r, &mut b);
+                    assert_eq!(a, b);
+                }
+                let x: Vec<f32> = (0..n * cols).map(|_| rng.f32() * 3.0).collect();
+                let mut acts = Q8Acts::default();
+                acts.quantize(&x, n, cols);
+                for isa in Isa::available() {
+                    let mut out = vec![0f32; rows * n];
+                    w.dot_rows(isa, 0, &acts, &mut out);
+                    let mut split = vec![0f32; (rows - 8) * n];
+                    w.dot_rows(isa, 8, &acts, &mut split);
+                    assert_eq!(out[8 * n..], split[..], "{f:?} {isa:?}");
+                    for t in 0..n {
+                        // Token t alone gives the same bits as in the batch.
+                        let mut one = Q8Acts::default();
+                        one.quantize(&x[t * cols..(t + 1) * cols], 1, cols);
+                        let mut alone = vec![0f32; rows];
+                        w.dot_rows(isa, 0, &one, &mut alone);
+                        for r in 0..rows {
+                            let (want, mag) = reference(&plain, &acts, r, t);
+                            let got = out[r * n + t];
+                            let tol = 1e-6 * mag * (cols as f64 / 32.0).sqrt() + 1e-6;
+                            assert!(
+                                (got as f64 - want).abs() <= tol,
+                                "{f:?} {isa:?} rows={rows} cols={cols} r={r} t={t}: {got} vs {want} (tol {tol})"
+                            );
+                            assert_eq!(got, alone[r], "{f:?} {isa:?} r={r} t={t}");
                         }
                     }
                 }
