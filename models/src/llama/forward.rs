@@ -229,7 +229,8 @@ fn project<const N: usize>(
         acts.quantize(x, n, k);
         let acts = &*acts;
         let threads = threads();
-        let mut tasks: Vec<(&QMatrix, usize, &mut [f32])> = Vec::new();
+        // Each task writes its rows of one output, token-major: disjoint places.
+        let mut tasks: Vec<(&QMatrix, usize, usize, OutPtr)> = Vec::new();
         for (lin, out) in lins.iter().zip(outs.iter_mut()) {
             if let Linear::Own(m) = lin {
                 if m.cols() != k {
@@ -245,27 +246,21 @@ fn project<const N: usize>(
                     .div_ceil(threads * 4)
                     .max(4)
                     .next_multiple_of(align);
-                for (i, c) in out.chunks_mut(chunk * n).enumerate() {
-                    tasks.push((m, i * chunk, c));
+                for r0 in (0..m.rows()).step_by(chunk) {
+                    let rows = chunk.min(m.rows() - r0);
+                    tasks.push((m, r0, rows, OutPtr(out.as_mut_ptr())));
                 }
             }
         }
+        // SAFETY: each output holds `n * rows` f32 and outlives the tasks; the tasks of
+        // one output take disjoint row ranges.
+        let run = |(m, r0, rows, out): (&QMatrix, usize, usize, OutPtr)| unsafe {
+            m.dot_rows_token_major(isa, r0, rows, acts, out.0)
+        };
         if threads > 1 {
-            tasks
-                .into_par_iter()
-                .for_each(|(m, r0, out)| m.dot_rows(isa, r0, acts, out));
+            tasks.into_par_iter().for_each(run);
         } else {
-            for (m, r0, out) in tasks {
-                m.dot_rows(isa, r0, acts, out);
-            }
-        }
-        // The kernel writes row-major by weight row; the model wants token-major.
-        if n > 1 {
-            for (lin, out) in lins.iter().zip(outs.iter_mut()) {
-                if matches!(lin, Linear::Own(_)) {
-                    *out = transpose(out, lin.rows(), n);
-                }
-            }
+            tasks.into_iter().for_each(run);
         }
     }
     for (lin, out) in lins.iter().zip(outs.iter_mut()) {
@@ -277,23 +272,10 @@ fn project<const N: usize>(
     Ok(outs)
 }
 
-/// `a` (`rows x cols`, row-major) transposed, in tiles of 16 x 16 so that both sides are
-/// read and written a cache line at a time (a plain double loop strides a whole row per
-/// write: 7.6% of Gemma 3's prefill).
-fn transpose(a: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    const TILE: usize = 16;
-    let mut t = vec![0f32; a.len()];
-    for r0 in (0..rows).step_by(TILE) {
-        for c0 in (0..cols).step_by(TILE) {
-            for r in r0..(r0 + TILE).min(rows) {
-                for c in c0..(c0 + TILE).min(cols) {
-                    t[c * rows + r] = a[r * cols + c];
-                }
-            }
-        }
-    }
-    t
-}
+/// An output that several tasks write at disjoint places.
+struct OutPtr(*mut f32);
+// SAFETY: the tasks that share one write disjoint rows of it (`project`).
+unsafe impl Send for OutPtr {}
 
 /// Causal attention of each new row over its own sequence's cache: row `r` belongs to
 /// segment `segment[r]`, at position `positions[r]`, and sees the positions up to its own
@@ -378,7 +360,7 @@ fn attend<E: KvElem>(
 
 #[cfg(test)]
 mod tests {
-    use super::{attend, transpose};
+    use super::attend;
     use crate::quant::Isa;
 
     /// Gemma 2's soft-cap in the attention: `attend` with a cap is the softmax of
@@ -416,24 +398,6 @@ mod tests {
             attend(Isa::detect(), &q, &k, &v, hd, scale, c, &mut sc, &mut o);
             for (got, want) in o.iter().zip(expect.iter()) {
                 assert!((got - want).abs() < 1e-3, "cap {c:?}: {o:?} vs {expect:?}");
-            }
-        }
-    }
-
-    /// The tiled transpose against the definition, on shapes around and across the tile.
-    #[test]
-    fn transpose_moves_every_value() {
-        for (rows, cols) in [(1, 1), (1, 33), (17, 1), (16, 16), (37, 5), (50, 70)] {
-            let a: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
-            let t = transpose(&a, rows, cols);
-            for r in 0..rows {
-                for c in 0..cols {
-                    assert_eq!(
-                        t[c * rows + r],
-                        a[r * cols + c],
-                        "{rows} x {cols} at ({r}, {c})"
-                    );
-                }
             }
         }
     }

@@ -204,6 +204,11 @@ pub(super) mod x86 {
     }
 
     #[inline(always)]
+    unsafe fn lanes(v: __m256) -> [f32; 8] {
+        std::mem::transmute(v)
+    }
+
+    #[inline(always)]
     unsafe fn f16x8(p: *const u8) -> __m256 {
         _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
     }
@@ -257,7 +262,7 @@ pub(super) mod x86 {
             /// One group of 8 rows (`g`: its blocks) against `T` tokens: lane `r` of
             /// result `t` is row `r` times token `t`.
             #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-            pub unsafe fn $name<const T: usize>(g: &[u8], a: [Q8Row<'_>; T]) -> [__m256; T] {
+            pub unsafe fn $name<const T: usize>(g: &[u8], a: [Q8Row<'_>; T]) -> [[f32; 8]; T] {
                 let nb = a[0].ds.len();
                 assert_eq!(g.len(), nb * $gbb);
                 let mut facc = [_mm256_setzero_ps(); T];
@@ -276,7 +281,7 @@ pub(super) mod x86 {
                     }
                 }
                 let off = _mm256_set1_ps($offset);
-                std::array::from_fn(|t| _mm256_fnmadd_ps(off, macc[t], facc[t]))
+                std::array::from_fn(|t| lanes(_mm256_fnmadd_ps(off, macc[t], facc[t])))
             }
         };
     }
@@ -286,7 +291,7 @@ pub(super) mod x86 {
 
     /// Q4_K: `w = d sc[j] q - dmin m[j]`, per sub-block `j` of 32.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    pub unsafe fn group_q4_k<const T: usize>(g: &[u8], a: [Q8Row<'_>; T]) -> [__m256; T] {
+    pub unsafe fn group_q4_k<const T: usize>(g: &[u8], a: [Q8Row<'_>; T]) -> [[f32; 8]; T] {
         const GBB: usize = 1184;
         let nsb = a[0].ds.len() / 8;
         assert_eq!(g.len(), nsb * GBB);
@@ -324,13 +329,13 @@ pub(super) mod x86 {
                 }
             }
         }
-        std::array::from_fn(|t| _mm256_sub_ps(facc[t], macc[t]))
+        std::array::from_fn(|t| lanes(_mm256_sub_ps(facc[t], macc[t])))
     }
 
     /// Q6_K: `w = d sc[i / 16] (q - 32)`; the 32 comes off each half sub-block's integer
     /// sum (its start value, `-32 sum(a)` of those 16 activations), before its scale.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
-    pub unsafe fn group_q6_k<const T: usize>(g: &[u8], a: [Q8Row<'_>; T]) -> [__m256; T] {
+    pub unsafe fn group_q6_k<const T: usize>(g: &[u8], a: [Q8Row<'_>; T]) -> [[f32; 8]; T] {
         const GBB: usize = 1680;
         let nsb = a[0].ds.len() / 8;
         assert_eq!(g.len(), nsb * GBB);
@@ -378,6 +383,6 @@ pub(super) mod x86 {
                 }
             }
         }
-        facc
+        facc.map(|v| lanes(v))
     }
 }
