@@ -491,27 +491,13 @@ impl Q8Acts {
         self.qs.resize(n * cols, 0);
         self.ds.resize(n * cols / QK, [0.0; 2]);
         self.hs.resize(n * cols / QK, [0; 2]);
-        for (((xb, qb), ds), hs) in x
-            .chunks_exact(QK)
-            .zip(self.qs.chunks_exact_mut(QK))
-            .zip(self.ds.iter_mut())
-            .zip(self.hs.iter_mut())
-        {
-            let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let d = amax / 127.0;
-            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-            let mut half = [0i32; 2];
-            for (i, (q, &v)) in qb.iter_mut().zip(xb).enumerate() {
-                // Round to nearest, ties to even, without a libm call: exact for |v| <= 127.
-                const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23
-                let r = ((v * id + MAGIC) - MAGIC) as i32;
-                *q = r as i8;
-                half[i / 16] += r;
-            }
-            let sum = half[0] + half[1];
-            *ds = [d, d * sum as f32];
-            *hs = half;
+        #[cfg(target_arch = "x86_64")]
+        if Isa::detect() != Isa::Scalar {
+            // SAFETY: `detect` finds AVX2 (with FMA, F16C) before it names a SIMD kernel.
+            unsafe { x86::quantize_avx2(x, &mut self.qs, &mut self.ds, &mut self.hs) };
+            return;
         }
+        quantize_scalar(x, &mut self.qs, &mut self.ds, &mut self.hs);
     }
 
     pub fn n(&self) -> usize {
@@ -527,6 +513,34 @@ impl Q8Acts {
         }
     }
 }
+
+/// [`Q8Acts::quantize`]'s blocks, one at a time: the reference of `x86::quantize_avx2`,
+/// which gives the same bits.
+fn quantize_scalar(x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]], hs: &mut [[i32; 2]]) {
+    for (((xb, qb), ds), hs) in x
+        .chunks_exact(QK)
+        .zip(qs.chunks_exact_mut(QK))
+        .zip(ds.iter_mut())
+        .zip(hs.iter_mut())
+    {
+        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+        let mut half = [0i32; 2];
+        for (i, (q, &v)) in qb.iter_mut().zip(xb).enumerate() {
+            // Round to nearest, ties to even, without a libm call: exact for |v| <= 127.
+            let r = ((v * id + MAGIC) - MAGIC) as i32;
+            *q = r as i8;
+            half[i / 16] += r;
+        }
+        let sum = half[0] + half[1];
+        *ds = [d, d * sum as f32];
+        *hs = half;
+    }
+}
+
+/// 1.5 * 2^23: `(v + MAGIC) - MAGIC` rounds `v` to the nearest integer, ties to even.
+const MAGIC: f32 = 12_582_912.0;
 
 /// Checks that `w` (one row) and `a` (one token) have the same width.
 fn check_row(f: Format, w: &[u8], a: Q8Row<'_>) {
@@ -748,6 +762,60 @@ mod x86 {
     #[inline(always)]
     pub(super) unsafe fn isum_s_vnni(w: __m256i, a: __m256i) -> __m256i {
         isum_u_vnni(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w))
+    }
+
+    /// [`super::quantize_scalar`] eight lanes at a time, with the same operations in the
+    /// same order per value (max, divisions, multiply, the rounding trick): the same bits.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn quantize_avx2(
+        x: &[f32],
+        qs: &mut [i8],
+        ds: &mut [[f32; 2]],
+        hs: &mut [[i32; 2]],
+    ) {
+        assert!(qs.len() == x.len() && ds.len() * QK == x.len() && hs.len() == ds.len());
+        let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+        let magic = _mm256_set1_ps(super::MAGIC);
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        let hsum = |v: __m256i| {
+            let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+            let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+            let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+            _mm_cvtsi128_si32(s)
+        };
+        for b in 0..ds.len() {
+            let p = x.as_ptr().add(b * QK);
+            let v: [__m256; 4] = std::array::from_fn(|k| _mm256_loadu_ps(p.add(8 * k)));
+            // max(|v|, m) keeps m where |v| is NaN, as f32::max does.
+            let mut m = _mm256_setzero_ps();
+            for v in v {
+                m = _mm256_max_ps(_mm256_and_ps(v, abs), m);
+            }
+            let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+            let m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            let m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+            let amax = _mm_cvtss_f32(m4);
+            let d = amax / 127.0;
+            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+            let idv = _mm256_set1_ps(id);
+            let q: [__m256i; 4] = std::array::from_fn(|k| {
+                let r = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(v[k], idv), magic), magic);
+                _mm256_cvttps_epi32(r)
+            });
+            let half = [
+                hsum(_mm256_add_epi32(q[0], q[1])),
+                hsum(_mm256_add_epi32(q[2], q[3])),
+            ];
+            let bytes = _mm256_packs_epi16(
+                _mm256_packs_epi32(q[0], q[1]),
+                _mm256_packs_epi32(q[2], q[3]),
+            );
+            let bytes = _mm256_permutevar8x32_epi32(bytes, order);
+            _mm256_storeu_si256(qs.as_mut_ptr().add(b * QK) as *mut __m256i, bytes);
+            let sum = half[0] + half[1];
+            ds[b] = [d, d * sum as f32];
+            hs[b] = half;
+        }
     }
 
     /// One block into one accumulator pair; the same steps in every kernel below.
@@ -1117,6 +1185,32 @@ mod tests {
         m.dequantize_row(0, &mut out);
         assert_eq!(out[64], 0.25 * 3.0 * 5.0);
         assert_eq!(out[0], 0.0); // scale 0
+    }
+
+    /// The SIMD quantisation gives the scalar one's bits (a zero block, extremes, ties).
+    #[test]
+    fn quantisation_matches_the_scalar_one() {
+        let mut rng = Rng(99);
+        let mut x: Vec<f32> = (0..32 * 40).map(|_| rng.f32() * 7.0).collect();
+        x[32..64].fill(0.0);
+        x[64] = -1e-30;
+        x[96..128]
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, v)| *v = i as f32 - 16.5);
+        let mut acts = Q8Acts::default();
+        acts.quantize(&x, 40, 32);
+        let (mut qs, mut ds, mut hs) = (vec![0i8; x.len()], vec![[0f32; 2]; 40], vec![[0; 2]; 40]);
+        quantize_scalar(&x, &mut qs, &mut ds, &mut hs);
+        assert_eq!((acts.qs, acts.hs), (qs, hs));
+        assert_eq!(
+            acts.ds
+                .iter()
+                .flatten()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>(),
+            ds.iter().flatten().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
     }
 
     #[test]
