@@ -396,7 +396,7 @@ impl QMatrix {
                 Format::Q8_0 => packed::x86::group_q8_0::<N>(w, a),
                 Format::Q4_K => packed::x86::group_q4_k::<N>(w, a),
                 Format::Q6_K => packed::x86::group_q6_k::<N>(w, a),
-                Format::Q4_1 => unreachable!("Q4_1 is not interleaved"),
+                Format::Q4_1 => packed::x86::group_q4_1::<N>(w, a),
             }
         };
         for (j, v) in v.iter().enumerate() {

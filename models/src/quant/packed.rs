@@ -18,6 +18,7 @@
 //! Q5_0, per group and block (176 bytes): d[8] f16; 8 masks u32 (mask k, bit 4r + m: the
 //!     fifth bit of weight 4k + m of row r); 4 x 32 bytes, register j byte 4r + m = byte
 //!     4j + m of row r's nibbles (low nibbles: weights 4j.., high: 16 + 4j..)
+//! Q4_1 (160 bytes): d[8] f16; m[8] f16; 4 x 32 bytes of nibbles as Q5_0's
 //! Q8_0 (272 bytes): d[8] f16; 8 x 32 bytes, register k byte 4r + m = weight 4k + m of row
 //!     r plus 128 (as u8; `vpdpbusd` takes unsigned weights, and 128 sum(a) comes off)
 //! Q4_K, per super-block (1184 bytes): d[8], dmin[8] f16; sc[j][r], m[j][r] u8; 4 x 8 x 32
@@ -38,7 +39,10 @@ pub const R: usize = 8;
 
 /// Whether `f` has an interleaved layout.
 pub(super) fn supports(f: Format) -> bool {
-    matches!(f, Format::Q5_0 | Format::Q8_0 | Format::Q4_K | Format::Q6_K)
+    matches!(
+        f,
+        Format::Q4_1 | Format::Q5_0 | Format::Q8_0 | Format::Q4_K | Format::Q6_K
+    )
 }
 
 /// Bytes of one block (super-block for the k-quants) of a group of [`R`] rows.
@@ -96,6 +100,15 @@ fn pack_block(f: Format, src: [&[u8]; R], dst: &mut [u8]) {
                 }
             }
         }
+        Format::Q4_1 => {
+            for (r, s) in src.iter().enumerate() {
+                dst[16 + 2 * r..18 + 2 * r].copy_from_slice(&s[2..4]);
+                for j in 0..4 {
+                    let at = 32 + 32 * j + 4 * r;
+                    dst[at..at + 4].copy_from_slice(&s[4 + 4 * j..8 + 4 * j]);
+                }
+            }
+        }
         Format::Q4_K => {
             for (r, s) in src.iter().enumerate() {
                 dst[16 + 2 * r..18 + 2 * r].copy_from_slice(&s[2..4]);
@@ -128,7 +141,6 @@ fn pack_block(f: Format, src: [&[u8]; R], dst: &mut [u8]) {
                 }
             }
         }
-        Format::Q4_1 => unreachable!("Q4_1 is not interleaved"),
     }
 }
 
@@ -154,6 +166,13 @@ pub(super) fn unpack_block(f: Format, src: &[u8], r: usize, dst: &mut [u8]) {
                 for m in 0..4 {
                     dst[2 + 4 * k + m] = src[16 + 32 * k + 4 * r + m] ^ 0x80;
                 }
+            }
+        }
+        Format::Q4_1 => {
+            dst[2..4].copy_from_slice(&src[16 + 2 * r..18 + 2 * r]);
+            for j in 0..4 {
+                let at = 32 + 32 * j + 4 * r;
+                dst[4 + 4 * j..8 + 4 * j].copy_from_slice(&src[at..at + 4]);
             }
         }
         Format::Q4_K => {
@@ -186,7 +205,6 @@ pub(super) fn unpack_block(f: Format, src: &[u8], r: usize, dst: &mut [u8]) {
                 }
             }
         }
-        Format::Q4_1 => unreachable!("Q4_1 is not interleaved"),
     }
 }
 
@@ -257,8 +275,32 @@ pub(super) mod x86 {
         std::array::from_fn(|k| _mm256_loadu_si256(p.add(16 + 32 * k) as *const __m256i))
     }
 
+    #[inline(always)]
+    unsafe fn weights_q4_1(p: *const u8) -> [__m256i; 8] {
+        let m4 = _mm256_set1_epi8(0x0f);
+        let mut w = [_mm256_setzero_si256(); 8];
+        for j in 0..4 {
+            let v = _mm256_loadu_si256(p.add(32 + 32 * j) as *const __m256i);
+            w[j] = _mm256_and_si256(v, m4);
+            w[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        }
+        w
+    }
+
+    /// The term of `s8` per row is `factor * min`: `-16 d` (Q5_0), `-128 d` (Q8_0), `m`
+    /// (Q4_1); `min` per block, the factor (exact: a power of two) at the end.
+    #[inline(always)]
+    unsafe fn min_d(_p: *const u8, d: __m256) -> __m256 {
+        d
+    }
+
+    #[inline(always)]
+    unsafe fn min_q4_1(p: *const u8, _d: __m256) -> __m256 {
+        f16x8(p.add(16))
+    }
+
     macro_rules! blocks32 {
-        ($name:ident, $gbb:expr, $weights:ident, $offset:expr) => {
+        ($name:ident, $gbb:expr, $weights:ident, $min:ident, $factor:expr) => {
             /// One group of 8 rows (`g`: its blocks) against `T` tokens: lane `r` of
             /// result `t` is row `r` times token `t`.
             #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
@@ -270,6 +312,7 @@ pub(super) mod x86 {
                 for b in 0..nb {
                     let p = g.as_ptr().add(b * $gbb);
                     let d = f16x8(p);
+                    let m = $min(p, d);
                     let w = $weights(p);
                     for t in 0..T {
                         let z = _mm256_setzero_si256();
@@ -277,17 +320,18 @@ pub(super) mod x86 {
                         let (d8, s8) = ds(&a[t], b);
                         let i = _mm256_cvtepi32_ps(_mm256_add_epi32(i0, i1));
                         facc[t] = _mm256_fmadd_ps(i, _mm256_mul_ps(d, d8), facc[t]);
-                        macc[t] = _mm256_fmadd_ps(d, s8, macc[t]);
+                        macc[t] = _mm256_fmadd_ps(m, s8, macc[t]);
                     }
                 }
-                let off = _mm256_set1_ps($offset);
-                std::array::from_fn(|t| lanes(_mm256_fnmadd_ps(off, macc[t], facc[t])))
+                let f = _mm256_set1_ps($factor);
+                std::array::from_fn(|t| lanes(_mm256_fmadd_ps(f, macc[t], facc[t])))
             }
         };
     }
 
-    blocks32!(group_q5_0, 176, weights_q5_0, 16.0);
-    blocks32!(group_q8_0, 272, weights_q8_0, 128.0);
+    blocks32!(group_q4_1, 160, weights_q4_1, min_q4_1, 1.0);
+    blocks32!(group_q5_0, 176, weights_q5_0, min_d, -16.0);
+    blocks32!(group_q8_0, 272, weights_q8_0, min_d, -128.0);
 
     /// Q4_K: `w = d sc[j] q - dmin m[j]`, per sub-block `j` of 32.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")]
