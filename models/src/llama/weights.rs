@@ -27,7 +27,8 @@ pub(super) enum Linear {
 
 impl Linear {
     /// The tensor `name`: ours read straight from the file into one buffer (no candle
-    /// tensor on the way, so load does not hold two copies of it), else candle's.
+    /// tensor on the way, so load does not hold two copies of it), else candle's;
+    /// interleaved for `isa` ([`QMatrix::interleave`]).
     fn load<R: std::io::Seek + std::io::Read>(
         ct: &gguf_file::Content,
         reader: &mut R,
@@ -151,7 +152,10 @@ impl Weights {
             Ok(v)
         };
 
-        let embd_linear = Linear::load(ct, reader, "token_embd.weight", isa)?;
+        // An embedding that is not also the output is only looked up: not interleaved.
+        let tied = !ct.tensor_infos.contains_key("output.weight");
+        let embd_isa = if tied { isa } else { Isa::Scalar };
+        let embd_linear = Linear::load(ct, reader, "token_embd.weight", embd_isa)?;
         let (rows, cols) = (embd_linear.rows(), embd_linear.cols());
         if cols != cfg.hidden_size {
             return bail(format!(

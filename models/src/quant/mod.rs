@@ -170,10 +170,8 @@ impl QMatrix {
         {
             return self;
         }
-        let data = packed::pack(self.format, self.rows, self.cols, &self.data);
-        drop(self.data);
         Self {
-            data,
+            data: packed::pack(self.format, self.rows, self.cols, self.data),
             packed: true,
             ..self
         }

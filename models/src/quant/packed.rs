@@ -53,18 +53,33 @@ pub(super) fn group_block_bytes(f: Format) -> usize {
     }
 }
 
-/// The rows of `data` (GGUF layout, `rows` a multiple of [`R`]) interleaved.
-pub(super) fn pack(f: Format, rows: usize, cols: usize, data: &[u8]) -> Vec<u8> {
+/// The rows of `data` (GGUF layout, `rows` a multiple of [`R`]) interleaved: in place
+/// where a group takes the same bytes in both layouts (all but Q4_K), so that loading
+/// never holds two copies of a matrix (the largest is a tied embedding of 100-200 MB).
+pub(super) fn pack(f: Format, rows: usize, cols: usize, mut data: Vec<u8>) -> Vec<u8> {
     let (bb, nb) = (f.block_bytes(), cols / f.block_elems());
     let gbb = group_block_bytes(f);
     let row_bytes = nb * bb;
-    let mut out = vec![0u8; rows / R * nb * gbb];
-    for g in 0..rows / R {
+    let group = |src: &[u8], dst: &mut [u8]| {
         for b in 0..nb {
-            let src: [&[u8]; R] =
-                std::array::from_fn(|r| &data[(g * R + r) * row_bytes + b * bb..][..bb]);
-            pack_block(f, src, &mut out[(g * nb + b) * gbb..][..gbb]);
+            let rows: [&[u8]; R] = std::array::from_fn(|r| &src[r * row_bytes + b * bb..][..bb]);
+            pack_block(f, rows, &mut dst[b * gbb..][..gbb]);
         }
+    };
+    if gbb == R * bb {
+        let mut tmp = vec![0u8; R * row_bytes];
+        for dst in data.chunks_exact_mut(R * row_bytes) {
+            tmp.copy_from_slice(dst);
+            group(&tmp, dst);
+        }
+        return data;
+    }
+    let mut out = vec![0u8; rows / R * nb * gbb];
+    for (src, dst) in data
+        .chunks_exact(R * row_bytes)
+        .zip(out.chunks_exact_mut(nb * gbb))
+    {
+        group(src, dst);
     }
     out
 }
