@@ -84,7 +84,17 @@ pub(super) fn forward_impl(
         add(&mut x, &o);
         rms_norm(&x, &layer.ffn_norm, eps, &mut h);
         let [mut g, u] = project(isa, [&layer.gate, &layer.up], &h, n, &mut acts)?;
-        gate(&mut g, &u, cfg.arch.gemma());
+        // Per value, so the same bits however the rows are split; libm's `tanh` is the
+        // largest serial part of Gemma 3's prefill otherwise.
+        let gelu = cfg.arch.gemma();
+        if threads() > 1 && n > 1 {
+            let w = g.len() / n;
+            g.par_chunks_mut(w)
+                .zip(u.par_chunks(w))
+                .for_each(|(g, u)| gate(g, u, gelu));
+        } else {
+            gate(&mut g, &u, gelu);
+        }
         let [mut d] = project(isa, [&layer.down], &g, n, &mut acts)?;
         if let Some([_, post_ffn]) = &layer.post_norm {
             rms_norm_in_place(&mut d, post_ffn, eps);
