@@ -147,7 +147,7 @@ impl ModelWeights {
         }
         let cfg = Config::from_gguf(&ct)?;
         let n_layers = cfg.num_hidden_layers;
-        let w = Weights::load(&ct, reader, cfg)?;
+        let w = Weights::load(&ct, reader, cfg, isa)?;
         Ok(Self {
             w: Arc::new(w),
             cache: vec![LayerCache::new(KvType::F32); n_layers],

@@ -11,7 +11,7 @@ use candle_core::quantized::{gguf_file, GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Result};
 
 use super::{bail, Config};
-use crate::quant::{Format, QMatrix};
+use crate::quant::{Format, Isa, QMatrix};
 
 /// A weight matrix: the file's blocks through our kernels when [`crate::quant`] has them
 /// (Q4_1, Q5_0, Q8_0, Q4_K, Q6_K), anything else through candle.
@@ -27,11 +27,13 @@ pub(super) enum Linear {
 
 impl Linear {
     /// The tensor `name`: ours read straight from the file into one buffer (no candle
-    /// tensor on the way, so load does not hold two copies of it), else candle's.
+    /// tensor on the way, so load does not hold two copies of it), else candle's;
+    /// interleaved for `isa` ([`QMatrix::interleave`]).
     fn load<R: std::io::Seek + std::io::Read>(
         ct: &gguf_file::Content,
         reader: &mut R,
         name: &str,
+        isa: Isa,
     ) -> Result<Self> {
         let err = |e: &dyn std::fmt::Display| {
             candle_core::Error::Msg(format!("GGUF tensor `{name}`: {e}"))
@@ -57,6 +59,7 @@ impl Linear {
                     .and_then(|_| reader.read_exact(&mut data))
                     .map_err(|e| err(&e))?;
                 let m = QMatrix::new(f, rows, cols, data).map_err(|e| err(&e))?;
+                let m = m.interleave(isa);
                 Ok(Self::Own(Arc::new(m)))
             }
             _ => Ok(Self::Candle {
@@ -131,6 +134,7 @@ impl Weights {
         ct: &gguf_file::Content,
         reader: &mut R,
         cfg: Config,
+        isa: Isa,
     ) -> Result<Self> {
         let cpu = Device::Cpu;
         let tensor = |reader: &mut R, name: &str| {
@@ -148,7 +152,10 @@ impl Weights {
             Ok(v)
         };
 
-        let embd_linear = Linear::load(ct, reader, "token_embd.weight")?;
+        // An embedding that is not also the output is only looked up: not interleaved.
+        let tied = !ct.tensor_infos.contains_key("output.weight");
+        let embd_isa = if tied { isa } else { Isa::Scalar };
+        let embd_linear = Linear::load(ct, reader, "token_embd.weight", embd_isa)?;
         let (rows, cols) = (embd_linear.rows(), embd_linear.cols());
         if cols != cfg.hidden_size {
             return bail(format!(
@@ -167,7 +174,7 @@ impl Weights {
             }
         };
         let output = if ct.tensor_infos.contains_key("output.weight") {
-            Linear::load(ct, reader, "output.weight")?
+            Linear::load(ct, reader, "output.weight", isa)?
         } else {
             embd_linear
         };
@@ -184,7 +191,7 @@ impl Weights {
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
             let p = format!("blk.{i}");
-            let mut lin = |n: &str| Linear::load(ct, reader, &format!("{p}.{n}"));
+            let mut lin = |n: &str| Linear::load(ct, reader, &format!("{p}.{n}"), isa);
             let wq = lin("attn_q.weight")?;
             let wk = lin("attn_k.weight")?;
             let wv = lin("attn_v.weight")?;

@@ -28,7 +28,7 @@ pub const QK_K: usize = 256;
 /// Q4_K: the 6-bit scale and min of sub-block `j` (0..8) from the 12 packed bytes
 /// (llama.cpp's `get_scale_min_k4`).
 #[inline(always)]
-fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+pub(super) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {

@@ -27,6 +27,7 @@ use std::sync::OnceLock;
 
 pub mod attn;
 pub mod kquant;
+pub mod packed;
 
 pub use attn::{attn_mix, attn_scores, KvElem};
 
@@ -127,6 +128,8 @@ pub struct QMatrix {
     rows: usize,
     cols: usize,
     data: Vec<u8>,
+    /// Rows interleaved by groups of [`packed::R`] ([`Self::interleave`]).
+    packed: bool,
 }
 
 impl QMatrix {
@@ -151,7 +154,46 @@ impl QMatrix {
             rows,
             cols,
             data,
+            packed: false,
         })
+    }
+
+    /// This matrix with its rows interleaved by groups of eight ([`packed`]) where `isa`
+    /// has kernels for that layout (AVX-512 VNNI) and the format and row count allow it;
+    /// else unchanged. Decode and prefill both run on the interleaved layout; a row is
+    /// taken back to the GGUF layout for an embedding lookup or another `Isa`.
+    pub fn interleave(self, isa: Isa) -> Self {
+        if self.packed
+            || isa != Isa::Avx512Vnni
+            || !packed::supports(self.format)
+            || !self.rows.is_multiple_of(packed::R)
+        {
+            return self;
+        }
+        Self {
+            data: packed::pack(self.format, self.rows, self.cols, self.data),
+            packed: true,
+            ..self
+        }
+    }
+
+    /// Whether the rows are interleaved ([`Self::interleave`]).
+    pub fn is_interleaved(&self) -> bool {
+        self.packed
+    }
+
+    /// Callers of [`Self::dot_rows`] split the rows at multiples of this.
+    pub fn row_align(&self) -> usize {
+        if self.packed {
+            packed::R
+        } else {
+            1
+        }
+    }
+
+    /// Bytes the weights take in memory.
+    pub fn bytes(&self) -> usize {
+        self.data.len()
     }
 
     pub fn format(&self) -> Format {
@@ -170,9 +212,25 @@ impl QMatrix {
         self.format.row_bytes(self.cols)
     }
 
-    fn row(&self, r: usize) -> &[u8] {
+    /// Row `r` in the GGUF layout: borrowed, or gathered from its interleaved group.
+    fn row(&self, r: usize) -> std::borrow::Cow<'_, [u8]> {
         let n = self.row_bytes();
-        &self.data[r * n..(r + 1) * n]
+        if !self.packed {
+            return std::borrow::Cow::Borrowed(&self.data[r * n..(r + 1) * n]);
+        }
+        let (f, bb) = (self.format, self.format.block_bytes());
+        let (nb, gbb) = (n / bb, packed::group_block_bytes(f));
+        let g = r / packed::R;
+        let mut row = vec![0u8; n];
+        for (b, dst) in row.chunks_exact_mut(bb).enumerate() {
+            packed::unpack_block(
+                f,
+                &self.data[(g * nb + b) * gbb..][..gbb],
+                r % packed::R,
+                dst,
+            );
+        }
+        std::borrow::Cow::Owned(row)
     }
 
     /// Row `r` as f32 (an embedding lookup).
@@ -216,6 +274,9 @@ impl QMatrix {
         assert_eq!(out.len() % n.max(1), 0);
         let rows = out.len() / n.max(1);
         assert!(r0 + rows <= self.rows);
+        if self.packed {
+            return self.dot_rows_packed(isa, r0, rows, acts, &mut Sink::Rows { out, n });
+        }
         // Each row's blocks are unpacked once for up to four tokens. Rows go in groups of
         // about 16 KB of weights, each group against every four tokens (then the one to
         // three left), so that the tokens' activations stay in L1 across the group. Every
@@ -237,6 +298,110 @@ impl QMatrix {
         }
     }
 
+    /// `out[t * self.rows() + r] = dot(row r, token t)` for the rows `r0..r0 + rows`:
+    /// token-major, as the model wants its outputs, so that no transpose follows. The
+    /// interleaved kernels write there directly; the row kernels write row-major, then
+    /// this copies.
+    ///
+    /// # Safety
+    /// `out` points to `acts.n() * self.rows()` writable f32, and while this runs no
+    /// one else reads or writes the places of the rows `r0..r0 + rows` in it (threads
+    /// take disjoint row ranges of one output).
+    pub unsafe fn dot_rows_token_major(
+        &self,
+        isa: Isa,
+        r0: usize,
+        rows: usize,
+        acts: &Q8Acts,
+        out: *mut f32,
+    ) {
+        assert_eq!(acts.cols, self.cols, "activation width");
+        assert!(r0 + rows <= self.rows);
+        let (n, ld) = (acts.n, self.rows);
+        if self.packed {
+            let mut sink = Sink::Tokens { ptr: out, ld, r0 };
+            return self.dot_rows_packed(isa, r0, rows, acts, &mut sink);
+        }
+        let mut tmp = vec![0f32; rows * n];
+        self.dot_rows(isa, r0, acts, &mut tmp);
+        // In tiles of 16 x 16, so that both sides go a cache line at a time (a plain
+        // double loop strides a whole row per write: 7.6% of Gemma 3's prefill).
+        const TILE: usize = 16;
+        for i0 in (0..rows).step_by(TILE) {
+            for t0 in (0..n).step_by(TILE) {
+                for i in i0..(i0 + TILE).min(rows) {
+                    for t in t0..(t0 + TILE).min(n) {
+                        // SAFETY: within the rows this call owns, by the contract above.
+                        unsafe { *out.add(t * ld + r0 + i) = tmp[i * n + t] };
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`Self::dot_rows`] on interleaved rows (`r0` and `rows` multiples of 8).
+    fn dot_rows_packed(&self, isa: Isa, r0: usize, rows: usize, acts: &Q8Acts, sink: &mut Sink) {
+        let n = acts.n;
+        #[cfg(target_arch = "x86_64")]
+        if isa == Isa::Avx512Vnni {
+            let r = packed::R;
+            assert!(
+                r0.is_multiple_of(r) && rows.is_multiple_of(r),
+                "interleaved rows go by {r}"
+            );
+            let gb = self.cols / self.format.block_elems() * packed::group_block_bytes(self.format);
+            // Groups of rows of about 128 KB of weights (in L2) against four tokens at a
+            // time (their activations in L1).
+            let sg = (131072 / gb).max(1);
+            let (g0, groups) = (r0 / r, rows / r);
+            for s in (0..groups).step_by(sg) {
+                let mut t = 0;
+                while t < n {
+                    let k = (n - t).min(4);
+                    for g in s..(s + sg).min(groups) {
+                        let w = &self.data[(g0 + g) * gb..][..gb];
+                        match k {
+                            1 => self.group::<1>(w, acts, t, g, sink),
+                            2 => self.group::<2>(w, acts, t, g, sink),
+                            3 => self.group::<3>(w, acts, t, g, sink),
+                            _ => self.group::<4>(w, acts, t, g, sink),
+                        }
+                    }
+                    t += k;
+                }
+            }
+            return;
+        }
+        // Other kernels: each row back in the GGUF layout.
+        for i in 0..rows {
+            let w = self.row(r0 + i);
+            for t in 0..n {
+                sink.put(i, t, &[dot(isa, self.format, &w, acts.token(t))]);
+            }
+        }
+    }
+
+    /// One interleaved group `w` (group `g` of the call) against tokens `t..t + N`.
+    #[cfg(target_arch = "x86_64")]
+    fn group<const N: usize>(&self, w: &[u8], acts: &Q8Acts, t: usize, g: usize, sink: &mut Sink) {
+        let a: [Q8Row<'_>; N] = std::array::from_fn(|j| acts.token(t + j));
+        // SAFETY: only called for `Isa::Avx512Vnni`, which `available()` yields only where
+        // the CPU has AVX-512 VNNI, VL, BW and AVX2, FMA, F16C; the kernels check `w`'s
+        // length against the activations'.
+        let v = unsafe {
+            match self.format {
+                Format::Q5_0 => packed::x86::group_q5_0::<N>(w, a),
+                Format::Q8_0 => packed::x86::group_q8_0::<N>(w, a),
+                Format::Q4_K => packed::x86::group_q4_k::<N>(w, a),
+                Format::Q6_K => packed::x86::group_q6_k::<N>(w, a),
+                Format::Q4_1 => packed::x86::group_q4_1::<N>(w, a),
+            }
+        };
+        for (j, v) in v.iter().enumerate() {
+            sink.put(g * packed::R, t + j, v);
+        }
+    }
+
     /// Tokens `t..t + N` against the rows from `row0` that `out_rows` holds (`n` each).
     fn tile<const N: usize>(
         &self,
@@ -250,10 +415,35 @@ impl QMatrix {
         for (i, out_row) in out_rows.chunks_exact_mut(acts.n).enumerate() {
             let w = self.row(row0 + i);
             if N == 1 {
-                out_row[t] = dot(isa, self.format, w, a[0]);
+                out_row[t] = dot(isa, self.format, &w, a[0]);
             } else {
-                out_row[t..t + N].copy_from_slice(&dot_tokens(isa, self.format, w, a));
+                out_row[t..t + N].copy_from_slice(&dot_tokens(isa, self.format, &w, a));
             }
+        }
+    }
+}
+
+/// Where [`QMatrix::dot_rows_packed`] writes: row-major, a call's own rows; or
+/// token-major, into the whole output of `ld` rows per token at the rows from `r0`.
+enum Sink<'a> {
+    Rows { out: &'a mut [f32], n: usize },
+    Tokens { ptr: *mut f32, ld: usize, r0: usize },
+}
+
+impl Sink<'_> {
+    /// The results of rows `i..i + v.len()` (from the call's first row) for token `t`.
+    #[inline]
+    fn put(&mut self, i: usize, t: usize, v: &[f32]) {
+        match self {
+            Sink::Rows { out, n } => {
+                for (k, x) in v.iter().enumerate() {
+                    out[(i + k) * *n + t] = *x;
+                }
+            }
+            // SAFETY: `dot_rows_token_major`'s contract: the rows are the call's own.
+            Sink::Tokens { ptr, ld, r0 } => unsafe {
+                std::ptr::copy_nonoverlapping(v.as_ptr(), ptr.add(t * *ld + *r0 + i), v.len())
+            },
         }
     }
 }
@@ -278,6 +468,8 @@ pub struct Q8Acts {
     qs: Vec<i8>,
     /// Per block: `[d8, d8 * sum(a)]`.
     ds: Vec<[f32; 2]>,
+    /// Per block: the sums of `a` over its two halves of 16.
+    hs: Vec<[i32; 2]>,
 }
 
 /// One token's quantised activations.
@@ -285,6 +477,7 @@ pub struct Q8Acts {
 pub struct Q8Row<'a> {
     qs: &'a [i8],
     ds: &'a [[f32; 2]],
+    hs: &'a [[i32; 2]],
 }
 
 impl Q8Acts {
@@ -295,24 +488,14 @@ impl Q8Acts {
         self.cols = cols;
         self.qs.resize(n * cols, 0);
         self.ds.resize(n * cols / QK, [0.0; 2]);
-        for ((xb, qb), ds) in x
-            .chunks_exact(QK)
-            .zip(self.qs.chunks_exact_mut(QK))
-            .zip(self.ds.iter_mut())
-        {
-            let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let d = amax / 127.0;
-            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
-            let mut sum = 0i32;
-            for (q, &v) in qb.iter_mut().zip(xb) {
-                // Round to nearest, ties to even, without a libm call: exact for |v| <= 127.
-                const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23
-                let r = ((v * id + MAGIC) - MAGIC) as i32;
-                *q = r as i8;
-                sum += r;
-            }
-            *ds = [d, d * sum as f32];
+        self.hs.resize(n * cols / QK, [0; 2]);
+        #[cfg(target_arch = "x86_64")]
+        if Isa::detect() != Isa::Scalar {
+            // SAFETY: `detect` finds AVX2 (with FMA, F16C) before it names a SIMD kernel.
+            unsafe { x86::quantize_avx2(x, &mut self.qs, &mut self.ds, &mut self.hs) };
+            return;
         }
+        quantize_scalar(x, &mut self.qs, &mut self.ds, &mut self.hs);
     }
 
     pub fn n(&self) -> usize {
@@ -324,9 +507,38 @@ impl Q8Acts {
         Q8Row {
             qs: &self.qs[t * self.cols..(t + 1) * self.cols],
             ds: &self.ds[t * nb..(t + 1) * nb],
+            hs: &self.hs[t * nb..(t + 1) * nb],
         }
     }
 }
+
+/// [`Q8Acts::quantize`]'s blocks, one at a time: the reference of `x86::quantize_avx2`,
+/// which gives the same bits.
+fn quantize_scalar(x: &[f32], qs: &mut [i8], ds: &mut [[f32; 2]], hs: &mut [[i32; 2]]) {
+    for (((xb, qb), ds), hs) in x
+        .chunks_exact(QK)
+        .zip(qs.chunks_exact_mut(QK))
+        .zip(ds.iter_mut())
+        .zip(hs.iter_mut())
+    {
+        let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+        let mut half = [0i32; 2];
+        for (i, (q, &v)) in qb.iter_mut().zip(xb).enumerate() {
+            // Round to nearest, ties to even, without a libm call: exact for |v| <= 127.
+            let r = ((v * id + MAGIC) - MAGIC) as i32;
+            *q = r as i8;
+            half[i / 16] += r;
+        }
+        let sum = half[0] + half[1];
+        *ds = [d, d * sum as f32];
+        *hs = half;
+    }
+}
+
+/// 1.5 * 2^23: `(v + MAGIC) - MAGIC` rounds `v` to the nearest integer, ties to even.
+const MAGIC: f32 = 12_582_912.0;
 
 /// Checks that `w` (one row) and `a` (one token) have the same width.
 fn check_row(f: Format, w: &[u8], a: Q8Row<'_>) {
@@ -550,6 +762,60 @@ mod x86 {
         isum_u_vnni(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w))
     }
 
+    /// [`super::quantize_scalar`] eight lanes at a time, with the same operations in the
+    /// same order per value (max, divisions, multiply, the rounding trick): the same bits.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn quantize_avx2(
+        x: &[f32],
+        qs: &mut [i8],
+        ds: &mut [[f32; 2]],
+        hs: &mut [[i32; 2]],
+    ) {
+        assert!(qs.len() == x.len() && ds.len() * QK == x.len() && hs.len() == ds.len());
+        let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+        let magic = _mm256_set1_ps(super::MAGIC);
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        let hsum = |v: __m256i| {
+            let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+            let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+            let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+            _mm_cvtsi128_si32(s)
+        };
+        for b in 0..ds.len() {
+            let p = x.as_ptr().add(b * QK);
+            let v: [__m256; 4] = std::array::from_fn(|k| _mm256_loadu_ps(p.add(8 * k)));
+            // max(|v|, m) keeps m where |v| is NaN, as f32::max does.
+            let mut m = _mm256_setzero_ps();
+            for v in v {
+                m = _mm256_max_ps(_mm256_and_ps(v, abs), m);
+            }
+            let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+            let m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            let m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+            let amax = _mm_cvtss_f32(m4);
+            let d = amax / 127.0;
+            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+            let idv = _mm256_set1_ps(id);
+            let q: [__m256i; 4] = std::array::from_fn(|k| {
+                let r = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(v[k], idv), magic), magic);
+                _mm256_cvttps_epi32(r)
+            });
+            let half = [
+                hsum(_mm256_add_epi32(q[0], q[1])),
+                hsum(_mm256_add_epi32(q[2], q[3])),
+            ];
+            let bytes = _mm256_packs_epi16(
+                _mm256_packs_epi32(q[0], q[1]),
+                _mm256_packs_epi32(q[2], q[3]),
+            );
+            let bytes = _mm256_permutevar8x32_epi32(bytes, order);
+            _mm256_storeu_si256(qs.as_mut_ptr().add(b * QK) as *mut __m256i, bytes);
+            let sum = half[0] + half[1];
+            ds[b] = [d, d * sum as f32];
+            hs[b] = half;
+        }
+    }
+
     /// One block into one accumulator pair; the same steps in every kernel below.
     macro_rules! step {
         ($acc:expr, $macc:expr, $wv:expr, $dm:expr, $a:expr, $b:expr, $isum:ident) => {{
@@ -771,16 +1037,111 @@ mod tests {
                                 "{f:?} {isa:?} rows={rows} cols={cols} r={r} t={t}: {got} vs {want} (tol {tol})"
                             );
                             // The scalar reference, on the same integer sums.
-                            let scalar = dot_scalar(f, w.row(r), acts.token(t)) as f64;
+                            let scalar = dot_scalar(f, &w.row(r), acts.token(t)) as f64;
                             assert!(
                                 (scalar - want).abs() <= tol,
                                 "{f:?} scalar: {scalar} vs {want}"
                             );
                             // Tiles and single dots add in the same order: batch-invariant.
-                            let alone = dot(isa, f, w.row(r), acts.token(t));
+                            let alone = dot(isa, f, &w.row(r), acts.token(t));
                             assert_eq!(got as f32, alone, "{f:?} {isa:?}");
                         }
                     }
+                }
+            }
+        }
+    }
+
+    /// The interleaved layout: it gives back the GGUF rows, and its kernels match the
+    /// reference within the same tolerance, alone or in a batch (bit for bit), split at
+    /// any group of eight rows.
+    #[test]
+    fn interleaved_kernels_match_the_reference() {
+        let mut rng = Rng(0x2545f4914f6cdd1d);
+        for f in FORMATS.into_iter().filter(|&f| packed::supports(f)) {
+            for &(rows, blocks, n) in &[(8, 1, 1), (16, 3, 5), (24, 19, 9), (8, 28, 4), (16, 2, 2)]
+            {
+                let cols = blocks * f.block_elems();
+                let plain = random_matrix(&mut rng, f, rows, cols);
+                let w = plain.clone().interleave(Isa::Avx512Vnni);
+                assert!(w.is_interleaved());
+                let mut a = vec![0f32; cols];
+                let mut b = vec![0f32; cols];
+                for r in 0..rows {
+                    assert_eq!(plain.row(r), w.row(r), "{f:?} row {r}");
+                    plain.dequantize_row(r, &mut a);
+                    w.dequantize_row(r, &mut b);
+                    assert_eq!(a, b);
+                }
+                let x: Vec<f32> = (0..n * cols).map(|_| rng.f32() * 3.0).collect();
+                let mut acts = Q8Acts::default();
+                acts.quantize(&x, n, cols);
+                for isa in Isa::available() {
+                    let mut out = vec![0f32; rows * n];
+                    w.dot_rows(isa, 0, &acts, &mut out);
+                    let mut split = vec![0f32; (rows - 8) * n];
+                    w.dot_rows(isa, 8, &acts, &mut split);
+                    assert_eq!(out[8 * n..], split[..], "{f:?} {isa:?}");
+                    for t in 0..n {
+                        // Token t alone gives the same bits as in the batch.
+                        let mut one = Q8Acts::default();
+                        one.quantize(&x[t * cols..(t + 1) * cols], 1, cols);
+                        let mut alone = vec![0f32; rows];
+                        w.dot_rows(isa, 0, &one, &mut alone);
+                        for r in 0..rows {
+                            let (want, mag) = reference(&plain, &acts, r, t);
+                            let got = out[r * n + t];
+                            let tol = 1e-6 * mag * (cols as f64 / 32.0).sqrt() + 1e-6;
+                            assert!(
+                                (got as f64 - want).abs() <= tol,
+                                "{f:?} {isa:?} rows={rows} cols={cols} r={r} t={t}: {got} vs {want} (tol {tol})"
+                            );
+                            assert_eq!(got, alone[r], "{f:?} {isa:?} r={r} t={t}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Token-major output, in two row ranges as two threads would write it, is the
+    /// transpose of `dot_rows`, for the row kernels (tiles of 16, and their edges) and
+    /// the interleaved ones.
+    #[test]
+    fn token_major_output_is_the_transpose() {
+        let mut rng = Rng(11);
+        for (f, rows, n) in [
+            (Format::Q4_1, 37, 5),
+            (Format::Q4_1, 50, 70),
+            (Format::Q4_1, 1, 33),
+            (Format::Q5_0, 24, 17),
+            (Format::Q6_K, 16, 3),
+        ] {
+            let cols = f.block_elems() * 2;
+            let mut w = random_matrix(&mut rng, f, rows, cols);
+            if rows % 8 == 0 {
+                w = w.interleave(Isa::detect());
+            }
+            let x: Vec<f32> = (0..n * cols).map(|_| rng.f32()).collect();
+            let mut acts = Q8Acts::default();
+            acts.quantize(&x, n, cols);
+            let isa = Isa::detect();
+            let mut want = vec![0f32; rows * n];
+            w.dot_rows(isa, 0, &acts, &mut want);
+            let mut got = vec![f32::NAN; rows * n];
+            let split = (rows / 2).next_multiple_of(w.row_align()).min(rows);
+            // SAFETY: `got` holds n * rows; the two calls take disjoint rows, one by one.
+            unsafe {
+                w.dot_rows_token_major(isa, 0, split, &acts, got.as_mut_ptr());
+                w.dot_rows_token_major(isa, split, rows - split, &acts, got.as_mut_ptr());
+            }
+            for r in 0..rows {
+                for t in 0..n {
+                    assert_eq!(
+                        got[t * rows + r],
+                        want[r * n + t],
+                        "{f:?} {rows} x {n}: ({r}, {t})"
+                    );
                 }
             }
         }
@@ -822,6 +1183,32 @@ mod tests {
         m.dequantize_row(0, &mut out);
         assert_eq!(out[64], 0.25 * 3.0 * 5.0);
         assert_eq!(out[0], 0.0); // scale 0
+    }
+
+    /// The SIMD quantisation gives the scalar one's bits (a zero block, extremes, ties).
+    #[test]
+    fn quantisation_matches_the_scalar_one() {
+        let mut rng = Rng(99);
+        let mut x: Vec<f32> = (0..32 * 40).map(|_| rng.f32() * 7.0).collect();
+        x[32..64].fill(0.0);
+        x[64] = -1e-30;
+        x[96..128]
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, v)| *v = i as f32 - 16.5);
+        let mut acts = Q8Acts::default();
+        acts.quantize(&x, 40, 32);
+        let (mut qs, mut ds, mut hs) = (vec![0i8; x.len()], vec![[0f32; 2]; 40], vec![[0; 2]; 40]);
+        quantize_scalar(&x, &mut qs, &mut ds, &mut hs);
+        assert_eq!((acts.qs, acts.hs), (qs, hs));
+        assert_eq!(
+            acts.ds
+                .iter()
+                .flatten()
+                .map(|v| v.to_bits())
+                .collect::<Vec<_>>(),
+            ds.iter().flatten().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
     }
 
     #[test]
