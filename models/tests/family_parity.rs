@@ -307,7 +307,10 @@ fn phi_3_5_mini_q8_0_matches_llamacpp() {
     check("phi-3.5-mini.q8_0", Backend::Formwork, 0.1);
 }
 
+/// A case takes over a minute here; the default run keeps one case per set of factors
+/// (Q8_0 long, Q4_K short), and this one runs with `--ignored`.
 #[test]
+#[ignore = "slow: about 80 s; the Q8_0 (long factors) and Q4_K short-factor cases run by default"]
 fn phi_3_5_mini_q4_k_matches_llamacpp() {
     check("phi-3.5-mini.q4_k", Backend::Formwork, 0.15);
 }
