@@ -99,6 +99,9 @@ fn synthesize(f: &Fixture, vocab_dir: &Path) -> (PathBuf, PathBuf) {
     (dir, out)
 }
 
+/// Feeds tokens at a position; the logits of the last.
+type Forward = Box<dyn FnMut(&[u32], usize) -> Vec<f32>>;
+
 /// What one run measured.
 struct Parity {
     /// Steps where formwork's argmax is llama.cpp's token.
@@ -115,35 +118,34 @@ fn check(name: &str, backend: Backend, tol: f32) -> Option<Parity> {
     let f = fixture(name);
     let (dir, path) = synthesize(&f, &vocab_dir);
     // With a context size: formwork's CPU file, run with that context.
-    let (tokenizer, mut forward): (GgufTokenizer, Box<dyn FnMut(&[u32], usize) -> Vec<f32>>) =
-        match f.n_ctx {
-            None => {
-                let mut m = load_file(&path, name, common::cpu_options(backend)).unwrap();
-                let t = m.tokenizer.clone();
-                (
-                    t,
-                    Box::new(move |ids, pos| m.model.forward(ids, pos).unwrap()),
-                )
-            }
-            Some(n_ctx) => {
-                assert_eq!(
-                    backend,
-                    Backend::Formwork,
-                    "{name}: n_ctx needs formwork's file"
-                );
-                let mut file = std::fs::File::open(&path).unwrap();
-                let ct = gguf_file::Content::read(&mut file).unwrap();
-                let t = GgufTokenizer::from_gguf(&ct).unwrap();
-                let mut w = ModelWeights::from_gguf(ct, &mut file, &Device::Cpu)
-                    .unwrap()
-                    .with_context_length(n_ctx)
-                    .unwrap();
-                (
-                    t,
-                    Box::new(move |ids, pos| w.forward_tokens(ids, pos).unwrap()),
-                )
-            }
-        };
+    let (tokenizer, mut forward): (GgufTokenizer, Forward) = match f.n_ctx {
+        None => {
+            let mut m = load_file(&path, name, common::cpu_options(backend)).unwrap();
+            let t = m.tokenizer.clone();
+            (
+                t,
+                Box::new(move |ids, pos| m.model.forward(ids, pos).unwrap()),
+            )
+        }
+        Some(n_ctx) => {
+            assert_eq!(
+                backend,
+                Backend::Formwork,
+                "{name}: n_ctx needs formwork's file"
+            );
+            let mut file = std::fs::File::open(&path).unwrap();
+            let ct = gguf_file::Content::read(&mut file).unwrap();
+            let t = GgufTokenizer::from_gguf(&ct).unwrap();
+            let mut w = ModelWeights::from_gguf(ct, &mut file, &Device::Cpu)
+                .unwrap()
+                .with_context_length(n_ctx)
+                .unwrap();
+            (
+                t,
+                Box::new(move |ids, pos| w.forward_tokens(ids, pos).unwrap()),
+            )
+        }
+    };
 
     let mut ids = Vec::new();
     if tokenizer.add_bos() {
