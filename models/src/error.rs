@@ -12,7 +12,7 @@ pub enum ModelError {
     #[error("unknown model `{name}`: use a registry name ({known}), a path to a .gguf file, or a Hugging Face repo id")]
     UnknownModel { name: String, known: String },
     #[error(
-        "unsupported architecture `{arch}` (GGUF metadata `general.architecture`) in {path}: formwork runs llama (SmolLM2, Llama 3.x, Mistral 7B), qwen2, qwen3, gemma2 and gemma3"
+        "unsupported architecture `{arch}` (GGUF metadata `general.architecture`) in {path}: formwork runs llama (SmolLM2, Llama 3.x, Mistral 7B), qwen2, qwen3, gemma2, gemma3 and phi3 (Phi-3, 3.5)"
     )]
     UnsupportedArch { arch: String, path: PathBuf },
     #[error("tokenizer: {0}")]

@@ -438,7 +438,7 @@ pub fn load_with(spec: &str, options: LoadOptions) -> Result<LoadedModel> {
 }
 
 /// The architectures [`load`] runs.
-pub const SUPPORTED_ARCHS: &[&str] = &["llama", "gemma2", "gemma3", "qwen2", "qwen3"];
+pub const SUPPORTED_ARCHS: &[&str] = &["llama", "gemma2", "gemma3", "phi3", "qwen2", "qwen3"];
 
 /// Load a GGUF file by path; `name` is what messages call it.
 pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<LoadedModel> {
@@ -460,7 +460,7 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
     let device = picked.device;
     let own = matches!(
         arch.as_str(),
-        "llama" | "qwen2" | "qwen3" | "gemma2" | "gemma3"
+        "llama" | "qwen2" | "qwen3" | "gemma2" | "gemma3" | "phi3"
     ) && match options.backend {
         Backend::Candle => false,
         Backend::Auto => device.is_cpu() && crate::quant::Isa::detect().is_simd(),
@@ -490,7 +490,7 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
     }
     let context_length = gguf.context_length(&arch);
     let (model, context_length): (Box<dyn LanguageModel>, usize) = match arch.as_str() {
-        "llama" | "qwen2" | "qwen3" | "gemma2" | "gemma3" if own => {
+        "llama" | "qwen2" | "qwen3" | "gemma2" | "gemma3" | "phi3" if own => {
             let weights =
                 crate::llama::ModelWeights::from_gguf(gguf.content, &mut gguf.reader, &device)
                     .map_err(|e| file_err(format!("loading {arch} weights: {}", one_line(&e))))?
@@ -525,6 +525,11 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
         "gemma2" => {
             return Err(file_err(format!(
                 "gemma2 (soft-capped attention and logits) runs on formwork's CPU model file only, not on candle's path ({device:?}); use --device cpu on a CPU with AVX2"
+            )))
+        }
+        "phi3" => {
+            return Err(file_err(format!(
+                "phi3 (fused QKV, LongRoPE factors) runs on formwork's CPU model file only, not on candle's path ({device:?}); use --device cpu on a CPU with AVX2"
             )))
         }
         "gemma3" => {

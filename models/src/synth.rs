@@ -1,7 +1,7 @@
 //! A GGUF file shaped like another one, with random weights: the same metadata (tokenizer
 //! and chat template included), the same tensor names, shapes and quantisation types
 //! ([`write_like`]); or shaped like a released model's config that no file here holds
-//! ([`write_family`]: Llama 3.2 1B, Qwen3 0.6B, Mistral 7B, Gemma 2 2B), with the tokenizer of a vocab-only GGUF,
+//! ([`write_family`]: Llama 3.2 1B, Qwen3 0.6B, Mistral 7B, Gemma 2 2B, Phi-3.5-mini), with the tokenizer of a vocab-only GGUF,
 //! for the parity tests against llama.cpp (models/tests/family_parity.rs).
 //!
 //! For a machine the real model file cannot reach (scripts/gpu-check: the GPU machine
@@ -205,6 +205,45 @@ pub struct Family {
     /// `post_ffw_norm`), and these keys: the sliding window of its local (even) layers,
     /// and the soft-caps of the attention scores and the logits.
     pub gemma2: Option<Gemma2>,
+    /// Phi-3: fused `attn_qkv` and `ffn_up` (gate and up) matrices, LongRoPE factors.
+    pub phi3: Option<Phi3>,
+}
+
+/// What [`write_family`] writes for Phi-3: one `attn_qkv.weight` (q, k, v rows) and one
+/// `ffn_up.weight` (gate rows, then up rows) per layer; `rope_factors_long.weight` and
+/// `rope_factors_short.weight`; `phi3.rope.scaling.original_context_length`,
+/// `phi3.rope.scaling.attn_factor` (`sqrt(1 + ln(context / original) / ln(original))`,
+/// as llama.cpp's converter computes it for `longrope`) and
+/// `phi3.attention.sliding_window`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Phi3 {
+    pub original_context: usize,
+    pub sliding_window: usize,
+}
+
+impl Phi3 {
+    /// The long and short factors, one per pair of a head of `rope_dim` values: smooth
+    /// ramps shaped like Phi-3.5-mini's (short from 1.0 to 2.5, long from 1.08 to 64), not
+    /// its values, which no file here holds.
+    pub fn factors(rope_dim: usize) -> [Vec<f32>; 2] {
+        let n = rope_dim / 2;
+        let t = |i: usize| i as f64 / (n.max(2) - 1) as f64;
+        let long = (0..n)
+            .map(|i| (1.08f64 * (64.0f64 / 1.08).powf(t(i).powf(1.5))) as f32)
+            .collect();
+        let short = (0..n).map(|i| (1.0 + 1.5 * t(i) * t(i)) as f32).collect();
+        [long, short]
+    }
+
+    /// `phi3.rope.scaling.attn_factor` for a model of `context` positions.
+    pub fn attn_factor(&self, context: usize) -> f32 {
+        let scale = context as f64 / self.original_context as f64;
+        if scale > 1.0 {
+            (1.0 + scale.ln() / (self.original_context as f64).ln()).sqrt() as f32
+        } else {
+            1.0
+        }
+    }
 }
 
 /// The Gemma 2 keys [`write_family`] writes (`gemma2.attention.sliding_window`,
@@ -220,7 +259,8 @@ pub struct Gemma2 {
 
 /// The families [`write_family`] writes: the configs of meta-llama/Llama-3.2-1B,
 /// Qwen/Qwen3-0.6B, mistralai/Mistral-7B-v0.3 (v0.2's RoPE base; v0.1 had 10000) and
-/// google/gemma-2-2b (its sliding window cut to 512).
+/// google/gemma-2-2b (its sliding window cut to 512), and microsoft/Phi-3.5-mini-instruct
+/// (its RoPE factors shaped like the released ones, [`Phi3::factors`]).
 pub const FAMILIES: &[Family] = &[
     Family {
         name: "llama-3.2-1b",
@@ -243,6 +283,7 @@ pub const FAMILIES: &[Family] = &[
         qk_norm: false,
         tied: true,
         gemma2: None,
+        phi3: None,
     },
     Family {
         name: "qwen3-0.6b",
@@ -260,6 +301,7 @@ pub const FAMILIES: &[Family] = &[
         qk_norm: true,
         tied: true,
         gemma2: None,
+        phi3: None,
     },
     Family {
         name: "mistral-7b",
@@ -277,6 +319,7 @@ pub const FAMILIES: &[Family] = &[
         qk_norm: false,
         tied: false,
         gemma2: None,
+        phi3: None,
     },
     Family {
         name: "gemma-2-2b",
@@ -297,6 +340,28 @@ pub const FAMILIES: &[Family] = &[
             sliding_window: 512,
             attn_softcap: 50.0,
             final_softcap: 30.0,
+        }),
+        phi3: None,
+    },
+    Family {
+        name: "phi-3.5-mini",
+        arch: "phi3",
+        hidden: 3072,
+        layers: 32,
+        heads: 32,
+        kv_heads: 32,
+        head_dim: 96,
+        ffn: 8192,
+        rope_theta: 10_000.0,
+        rms_eps: 1e-5,
+        context: 131_072,
+        llama3_rope: None,
+        qk_norm: false,
+        tied: false,
+        gemma2: None,
+        phi3: Some(Phi3 {
+            original_context: 4096,
+            sliding_window: 262_144,
         }),
     },
 ];
@@ -432,12 +497,24 @@ pub fn write_family(
             f32_vector(r.factors(family.rope_theta, family.head_dim))?,
         ));
     }
+    if family.phi3.is_some() {
+        let [long, short] = Phi3::factors(family.head_dim);
+        tensors.push(("rope_factors_long.weight".into(), f32_vector(long)?));
+        tensors.push(("rope_factors_short.weight".into(), f32_vector(short)?));
+    }
     for l in 0..layers {
         let p = |n: &str| format!("blk.{l}.{n}");
         tensors.push((p("attn_norm.weight"), norm(&mut rng, h)?));
-        tensors.push((p("attn_q.weight"), random_matrix(&mut rng, q, h, qtype)?));
-        tensors.push((p("attn_k.weight"), random_matrix(&mut rng, kv, h, qtype)?));
-        tensors.push((p("attn_v.weight"), random_matrix(&mut rng, kv, h, qtype)?));
+        if family.phi3.is_some() {
+            tensors.push((
+                p("attn_qkv.weight"),
+                random_matrix(&mut rng, q + 2 * kv, h, qtype)?,
+            ));
+        } else {
+            tensors.push((p("attn_q.weight"), random_matrix(&mut rng, q, h, qtype)?));
+            tensors.push((p("attn_k.weight"), random_matrix(&mut rng, kv, h, qtype)?));
+            tensors.push((p("attn_v.weight"), random_matrix(&mut rng, kv, h, qtype)?));
+        }
         if family.qk_norm {
             tensors.push((p("attn_q_norm.weight"), norm(&mut rng, family.head_dim)?));
             tensors.push((p("attn_k_norm.weight"), norm(&mut rng, family.head_dim)?));
@@ -450,11 +527,18 @@ pub fn write_family(
             tensors.push((p("post_attention_norm.weight"), norm(&mut rng, h)?));
         }
         tensors.push((p("ffn_norm.weight"), norm(&mut rng, h)?));
-        tensors.push((
-            p("ffn_gate.weight"),
-            random_matrix(&mut rng, ffn, h, qtype)?,
-        ));
-        tensors.push((p("ffn_up.weight"), random_matrix(&mut rng, ffn, h, qtype)?));
+        if family.phi3.is_some() {
+            tensors.push((
+                p("ffn_up.weight"),
+                random_matrix(&mut rng, 2 * ffn, h, qtype)?,
+            ));
+        } else {
+            tensors.push((
+                p("ffn_gate.weight"),
+                random_matrix(&mut rng, ffn, h, qtype)?,
+            ));
+            tensors.push((p("ffn_up.weight"), random_matrix(&mut rng, ffn, h, qtype)?));
+        }
         tensors.push((
             p("ffn_down.weight"),
             random_matrix(&mut rng, h, ffn, qtype)?,
@@ -517,6 +601,22 @@ pub fn write_family(
             (
                 format!("{a}.final_logit_softcapping"),
                 V::F32(g.final_softcap),
+            ),
+        ]);
+    }
+    if let Some(p) = &family.phi3 {
+        metadata.extend([
+            (
+                format!("{a}.rope.scaling.original_context_length"),
+                V::U32(p.original_context as u32),
+            ),
+            (
+                format!("{a}.rope.scaling.attn_factor"),
+                V::F32(p.attn_factor(family.context)),
+            ),
+            (
+                format!("{a}.attention.sliding_window"),
+                V::U32(p.sliding_window as u32),
             ),
         ]);
     }

@@ -1,5 +1,7 @@
 //! Chat templates rendered with minijinja the way transformers renders them with Jinja.
 
+mod common;
+
 use std::fs::File;
 use std::path::PathBuf;
 
@@ -337,4 +339,48 @@ fn qwen25_template_from_gguf() {
     );
     assert_eq!(ids[0], 151_644);
     assert_eq!(tok.decode(&ids).unwrap(), text);
+}
+
+/// Phi-3's template (from llama.cpp's `ggml-vocab-phi-3.gguf`, as Phi-3-mini-4k-instruct
+/// ships it): `<|user|>`, `<|end|>` and `<|assistant|>` come out as one control token each,
+/// the template writes the BOS itself, and `<|end|>` ends the reply.
+#[test]
+fn phi3_template_from_llamacpp_vocab() {
+    let Some(dir) = common::llamacpp_vocab_dir() else {
+        return;
+    };
+    let path = dir.join("ggml-vocab-phi-3.gguf");
+    let content = Content::read(&mut File::open(&path).unwrap()).unwrap();
+    let tok = GgufTokenizer::from_gguf(&content).unwrap();
+    let bos = tok.token_text(tok.bos_id().unwrap()).unwrap();
+    let eos = tok.token_text(tok.eos_ids()[0]).unwrap();
+    assert_eq!((bos, eos), ("<s>", "<|endoftext|>"));
+    let text = render_chat(
+        tok.chat_template().unwrap(),
+        &msgs(&[("user", "Hi"), ("assistant", "Hello"), ("user", "Bye")]),
+        true,
+        bos,
+        eos,
+    )
+    .unwrap();
+    assert_eq!(
+        text,
+        "<s><|user|>\nHi<|end|>\n<|assistant|>\nHello<|end|>\n<|user|>\nBye<|end|>\n<|assistant|>\n"
+    );
+    let ids = tok.encode(&text).unwrap();
+    let id = |t: &str| (0..tok.vocab_size() as u32).find(|&i| tok.token_text(i) == Some(t));
+    let (user, end, assistant) = (
+        id("<|user|>").unwrap(),
+        id("<|end|>").unwrap(),
+        id("<|assistant|>").unwrap(),
+    );
+    assert_eq!((user, end, assistant), (32_010, 32_007, 32_001));
+    let count = |t: u32| ids.iter().filter(|&&i| i == t).count();
+    assert_eq!(
+        (count(user), count(end), count(assistant)),
+        (2, 3, 2),
+        "{ids:?}"
+    );
+    assert_eq!(ids[0], 1, "{ids:?}");
+    assert!(tok.eos_ids().contains(&end), "{:?}", tok.eos_ids());
 }

@@ -4,7 +4,14 @@
 //! output, the SentencePiece `llama-spm` tokenizer) and Gemma 2 2B's (`gemma2`: soft-capped
 //! attention scores and logits, post-norms, every even layer local; its window cut to 512
 //! so that the prompt crosses it; `llama-spm` stands in for Gemma's vocabulary, which
-//! llama.cpp's vocab-only files lack), in Q8_0 and Q4_K.
+//! llama.cpp's vocab-only files lack) and Phi-3.5-mini's (`phi3`: fused QKV and gate/up
+//! matrices, LongRoPE factors with `attn_factor`, the `phi-3` SentencePiece vocabulary), in
+//! Q8_0 and Q4_K.
+//!
+//! llama.cpp picks Phi-3's long or short RoPE factors by its context size, not by
+//! position: the fixtures name theirs (`n_ctx`), and formwork runs with the same context
+//! (`ModelWeights::with_context_length`): 8192, past the original 4096, for the long
+//! factors (`phi-3.5-mini.QTYPE.json`), 4096 for the short ones (`*.ctx4096.json`).
 //!
 //! No such weights can be fetched here, so `synth::write_family` writes a GGUF with the
 //! family's real dimensions (2 of its layers), random weights (seed 1) and the tokenizer of
@@ -29,8 +36,12 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use candle_core::quantized::gguf_file;
+use candle_core::Device;
+use formwork_models::llama::ModelWeights;
 use formwork_models::runtime::{load_file, Backend};
 use formwork_models::synth::{self, QType};
+use formwork_models::tokenizer::GgufTokenizer;
 
 #[derive(serde::Deserialize)]
 struct Fixture {
@@ -39,6 +50,9 @@ struct Fixture {
     layers: usize,
     seed: u64,
     vocab: String,
+    /// llama.cpp's context size, where the fixture sets one (Phi-3's LongRoPE picks by it).
+    #[serde(default)]
+    n_ctx: Option<usize>,
     prompt: String,
     prompt_ids: Vec<u32>,
     steps: Vec<Step>,
@@ -85,6 +99,9 @@ fn synthesize(f: &Fixture, vocab_dir: &Path) -> (PathBuf, PathBuf) {
     (dir, out)
 }
 
+/// Feeds tokens at a position; the logits of the last.
+type Forward = Box<dyn FnMut(&[u32], usize) -> Vec<f32>>;
+
 /// What one run measured.
 struct Parity {
     /// Steps where formwork's argmax is llama.cpp's token.
@@ -100,19 +117,47 @@ fn check(name: &str, backend: Backend, tol: f32) -> Option<Parity> {
     let vocab_dir = common::llamacpp_vocab_dir()?;
     let f = fixture(name);
     let (dir, path) = synthesize(&f, &vocab_dir);
-    let mut m = load_file(&path, name, common::cpu_options(backend)).unwrap();
+    // With a context size: formwork's CPU file, run with that context.
+    let (tokenizer, mut forward): (GgufTokenizer, Forward) = match f.n_ctx {
+        None => {
+            let mut m = load_file(&path, name, common::cpu_options(backend)).unwrap();
+            let t = m.tokenizer.clone();
+            (
+                t,
+                Box::new(move |ids, pos| m.model.forward(ids, pos).unwrap()),
+            )
+        }
+        Some(n_ctx) => {
+            assert_eq!(
+                backend,
+                Backend::Formwork,
+                "{name}: n_ctx needs formwork's file"
+            );
+            let mut file = std::fs::File::open(&path).unwrap();
+            let ct = gguf_file::Content::read(&mut file).unwrap();
+            let t = GgufTokenizer::from_gguf(&ct).unwrap();
+            let mut w = ModelWeights::from_gguf(ct, &mut file, &Device::Cpu)
+                .unwrap()
+                .with_context_length(n_ctx)
+                .unwrap();
+            (
+                t,
+                Box::new(move |ids, pos| w.forward_tokens(ids, pos).unwrap()),
+            )
+        }
+    };
 
     let mut ids = Vec::new();
-    if m.tokenizer.add_bos() {
-        ids.extend(m.tokenizer.bos_id());
+    if tokenizer.add_bos() {
+        ids.extend(tokenizer.bos_id());
     }
-    ids.extend(m.tokenizer.encode_plain(&f.prompt).unwrap());
+    ids.extend(tokenizer.encode_plain(&f.prompt).unwrap());
     assert_eq!(
         ids, f.prompt_ids,
         "{name}: prompt ids differ from llama.cpp's"
     );
 
-    let mut logits = m.model.forward(&ids, 0).unwrap();
+    let mut logits = forward(&ids, 0);
     let mut pos = ids.len();
     let (mut matched, mut greedy_prefix, mut max_diff) = (0, None, 0f32);
     let mut report = Vec::new();
@@ -140,7 +185,7 @@ fn check(name: &str, backend: Backend, tol: f32) -> Option<Parity> {
             );
         }
         if i + 1 < f.steps.len() {
-            logits = m.model.forward(&[step.token], pos).unwrap();
+            logits = forward(&[step.token], pos);
             pos += 1;
         }
     }
@@ -254,5 +299,73 @@ fn llama_3_2_on_candle_is_refused_naming_rope_freqs() {
         .to_string();
     let _ = std::fs::remove_dir_all(&dir);
     assert!(err.contains("rope_freqs.weight"), "{err}");
+    assert!(!err.contains('\n'), "{err}");
+}
+
+/// Phi-3.5-mini's shape with its long RoPE factors (llama.cpp's n_ctx 8192, past the
+/// original 4096).
+#[test]
+fn phi_3_5_mini_q8_0_matches_llamacpp() {
+    check("phi-3.5-mini.q8_0", Backend::Formwork, 0.1);
+}
+
+/// A case takes over a minute here; the default run keeps one case per set of factors
+/// (Q8_0 long, Q4_K short), and this one runs with `--ignored`.
+#[test]
+#[ignore = "slow: about 80 s; the Q8_0 (long factors) and Q4_K short-factor cases run by default"]
+fn phi_3_5_mini_q4_k_matches_llamacpp() {
+    check("phi-3.5-mini.q4_k", Backend::Formwork, 0.15);
+}
+
+/// The same with the short factors: llama.cpp's n_ctx 4096, not past the original.
+#[test]
+fn phi_3_5_mini_q4_k_short_factors_match_llamacpp() {
+    check("phi-3.5-mini.q4_k.ctx4096", Backend::Formwork, 0.15);
+}
+
+/// The context picks the factors: the file's 131072 and 8192 take the long ones, 4096 (the
+/// original context) and less the short ones; `attn_factor` is the converter's.
+#[test]
+fn phi_3_5_mini_picks_rope_factors_by_context() {
+    let Some(vocab_dir) = common::llamacpp_vocab_dir() else {
+        return;
+    };
+    let f = fixture("phi-3.5-mini.q4_k");
+    let (dir, path) = synthesize(&f, &vocab_dir);
+    let load = || {
+        let mut file = std::fs::File::open(&path).unwrap();
+        let ct = gguf_file::Content::read(&mut file).unwrap();
+        ModelWeights::from_gguf(ct, &mut file, &Device::Cpu).unwrap()
+    };
+    let family = synth::family("phi-3.5-mini").unwrap();
+    let [long, short] = synth::Phi3::factors(family.head_dim);
+    let m = load();
+    assert_eq!(m.config().context_length, 131_072);
+    assert_eq!(m.config().rope_original_context, Some(4096));
+    assert!((m.config().rope_attn_factor - 1.190_238_8).abs() < 1e-5);
+    assert_eq!(m.rope_factors(), Some(&long[..]));
+    for (n, want) in [(8192, &long), (4097, &long), (4096, &short), (100, &short)] {
+        let m = load().with_context_length(n).unwrap();
+        assert_eq!(m.rope_factors(), Some(&want[..]), "context {n}");
+    }
+    assert!(load().with_context_length(131_073).is_err());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Phi-3 runs on formwork's CPU file only: on candle's path it is refused in one line
+/// that names the architecture.
+#[test]
+fn phi_3_on_candle_is_refused() {
+    let Some(vocab_dir) = common::llamacpp_vocab_dir() else {
+        return;
+    };
+    let f = fixture("phi-3.5-mini.q4_k");
+    let (dir, path) = synthesize(&f, &vocab_dir);
+    let err = load_file(&path, "phi3", common::cpu_options(Backend::Candle))
+        .err()
+        .expect("candle's path must refuse phi3")
+        .to_string();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(err.contains("phi3"), "{err}");
     assert!(!err.contains('\n'), "{err}");
 }

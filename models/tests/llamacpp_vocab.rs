@@ -93,7 +93,7 @@ fn llama_spm_matches_llamacpp() {
     check("llama-spm", "default", true);
 }
 
-/// Phi-3's SentencePiece vocabulary (the `phi3` architecture itself is refused).
+/// Phi-3's SentencePiece vocabulary.
 #[test]
 fn phi_3_matches_llamacpp() {
     check("phi-3", "default", true);

@@ -82,7 +82,7 @@ cli_enum!(
         /// 4 bytes a value, exactly as computed.
         F32,
         /// 2 bytes a value (llama.cpp's default): half the memory per position; needs
-        /// formwork's CPU model file (llama, qwen2 and gemma3 on an AVX2 CPU).
+        /// formwork's CPU model file (every architecture formwork runs, on an AVX2 CPU).
         F16,
     }
 );

@@ -1,7 +1,7 @@
-//! GGUF metadata -> [`Config`]: the hyper-parameters of a llama, Qwen2, Qwen3, Gemma 2 or
-//! Gemma 3 model, read from the `{arch}.*` keys and checked, so that a model this file
-//! cannot run (another architecture, experts, partial RoPE, an odd head size) fails here
-//! with the key named, before any tensor is read.
+//! GGUF metadata -> [`Config`]: the hyper-parameters of a llama, Qwen2, Qwen3, Gemma 2,
+//! Gemma 3 or Phi-3 model, read from the `{arch}.*` keys and checked, so that a model this
+//! file cannot run (another architecture, experts, an odd head size) fails here with the
+//! key named, before any tensor is read.
 
 use candle_core::quantized::gguf_file;
 use candle_core::Result;
@@ -19,6 +19,9 @@ pub enum Arch {
     /// logits, every other layer local.
     Gemma2,
     Gemma3,
+    /// Llama's layer with fused `attn_qkv` and `ffn_up` (gate and up halves) matrices,
+    /// NeoX RoPE with LongRoPE's per-pair factors (`rope_factors_long` / `_short`).
+    Phi3,
 }
 
 impl Arch {
@@ -30,6 +33,7 @@ impl Arch {
             Arch::Qwen3 => "qwen3",
             Arch::Gemma2 => "gemma2",
             Arch::Gemma3 => "gemma3",
+            Arch::Phi3 => "phi3",
         }
     }
 
@@ -40,6 +44,7 @@ impl Arch {
             Arch::Qwen3,
             Arch::Gemma2,
             Arch::Gemma3,
+            Arch::Phi3,
         ]
         .into_iter()
         .find(|a| a.name() == name)
@@ -47,11 +52,11 @@ impl Arch {
 
     /// How RoPE pairs a head's values: the GGUF converter permutes llama's Wq and Wk for
     /// interleaved pairs, and leaves Qwen2's, Qwen3's and Gemma's in the NeoX order
-    /// (llama.cpp's `rope_type`).
+    /// (llama.cpp's `rope_type`), and Phi-3's too.
     pub fn rope(self) -> RopeStyle {
         match self {
             Arch::Llama => RopeStyle::Interleaved,
-            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma2 | Arch::Gemma3 => RopeStyle::Neox,
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma2 | Arch::Gemma3 | Arch::Phi3 => RopeStyle::Neox,
         }
     }
 
@@ -88,7 +93,7 @@ pub struct Sliding {
 pub enum RopeStyle {
     /// Pairs `(2i, 2i + 1)`.
     Interleaved,
-    /// Pairs `(i, i + head_dim / 2)`.
+    /// Pairs `(i, i + rope_dim / 2)`.
     Neox,
 }
 
@@ -105,6 +110,9 @@ pub struct Config {
     /// are `head_count * head_dim` wide, which need not be the embedding length (Gemma 3).
     pub head_dim: usize,
     pub rms_norm_eps: f32,
+    /// `{arch}.rope.dimension_count`, else the head size: RoPE turns the first `rope_dim`
+    /// values of each head and leaves the rest (Phi-4-mini: 96 of 128).
+    pub rope_dim: usize,
     /// RoPE base (of the global layers, where some are local).
     pub rope_theta: f32,
     /// Linear RoPE scaling (`{arch}.rope.scaling.factor` with type `linear`, else 1); not
@@ -112,6 +120,16 @@ pub struct Config {
     pub rope_scaling_factor: f32,
     /// `{arch}.context_length`; positions past it are refused.
     pub context_length: usize,
+    /// `{arch}.rope.scaling.original_context_length` (Phi-3's LongRoPE): a file with
+    /// `rope_factors_long.weight` uses those factors when the context it runs with
+    /// (`context_length`) is longer than this, else `rope_factors_short.weight`, as
+    /// llama.cpp picks them by its context size (`n_ctx`), not by position.
+    pub rope_original_context: Option<usize>,
+    /// `{arch}.rope.scaling.attn_factor`, else 1: RoPE's cos and sin are multiplied by it
+    /// (llama.cpp's `attn_factor`), so q.k by its square on the turned values. Phi-3's
+    /// converter writes `sqrt(1 + ln(s) / ln(original_context))`, `s` = context /
+    /// original context, for LongRoPE files; it applies with either set of factors.
+    pub rope_attn_factor: f32,
     /// The embedding is multiplied by this: `sqrt(embedding_length)` for Gemma 3, else 1.
     pub embed_scale: f32,
     /// The factor on `q k^T`: `1 / sqrt(head_dim)`, except Gemma 3 27B (62 layers), whose
@@ -128,7 +146,7 @@ pub struct Config {
 
 impl Config {
     /// Read and check the metadata; a model this file cannot run (another architecture,
-    /// experts, partial RoPE) is an error that names the key.
+    /// experts) is an error that names the key.
     pub fn from_gguf(ct: &gguf_file::Content) -> Result<Self> {
         let arch_name = match ct.metadata.get("general.architecture") {
             Some(v) => v.to_string()?.clone(),
@@ -136,7 +154,7 @@ impl Config {
         };
         let Some(arch) = Arch::from_name(&arch_name) else {
             return bail(format!(
-                "GGUF metadata `general.architecture` is `{arch_name}`; formwork's CPU model file runs llama, qwen2, qwen3, gemma2 and gemma3"
+                "GGUF metadata `general.architecture` is `{arch_name}`; formwork's CPU model file runs llama, qwen2, qwen3, gemma2, gemma3 and phi3"
             ));
         };
         let a = arch.name();
@@ -193,13 +211,14 @@ impl Config {
                 "the head size {head_dim} ({a}.embedding_length / head_count) is odd; RoPE needs pairs"
             ));
         }
-        if value("rope.dimension_count").is_some() {
-            let rope_dim = get("rope.dimension_count")?;
-            if rope_dim != head_dim {
-                return bail(format!(
-                    "{a}.rope.dimension_count {rope_dim} differs from the head size {head_dim}; formwork's CPU model file runs no partial RoPE"
-                ));
-            }
+        let rope_dim = match value("rope.dimension_count") {
+            Some(_) => get("rope.dimension_count")?,
+            None => head_dim,
+        };
+        if rope_dim == 0 || rope_dim % 2 != 0 || rope_dim > head_dim {
+            return bail(format!(
+                "{a}.rope.dimension_count {rope_dim} must be even, above 0 and at most the head size {head_dim}"
+            ));
         }
         let rope_scaling_factor = match value("rope.scaling.type") {
             None => 1.0,
@@ -223,7 +242,7 @@ impl Config {
                 opt_f32("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5),
                 get("context_length").unwrap_or(4096),
             ),
-            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma2 | Arch::Gemma3 => (
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma2 | Arch::Gemma3 | Arch::Phi3 => (
                 match opt_f32("attention.layer_norm_rms_epsilon")? {
                     Some(e) => e,
                     None => {
@@ -245,7 +264,12 @@ impl Config {
         let num_hidden_layers = get("block_count")?;
         let global_theta = opt_f32("rope.freq_base")?.unwrap_or(10_000.0);
         let (embed_scale, attn_scale, sliding) = match arch {
-            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => (1.0, 1.0 / (head_dim as f32).sqrt(), None),
+            // Phi-3's `phi3.attention.sliding_window` (2047 in Phi-3-mini-4k, 262144 in
+            // 3.5, 0 in Phi-4-mini) is read by llama.cpp and then switched off ("Phi SWA
+            // is currently disabled"): every layer sees every position, here too.
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 => {
+                (1.0, 1.0 / (head_dim as f32).sqrt(), None)
+            }
             Arch::Gemma2 | Arch::Gemma3 => {
                 let gemma2 = arch == Arch::Gemma2;
                 let window = match value("attention.sliding_window") {
@@ -301,6 +325,19 @@ impl Config {
         } else {
             (None, None)
         };
+        let rope_original_context = match value("rope.scaling.original_context_length") {
+            Some(_) => Some(get("rope.scaling.original_context_length")?),
+            None => None,
+        };
+        let rope_attn_factor = match opt_f32("rope.scaling.attn_factor")? {
+            None => 1.0,
+            Some(f) if f > 0.0 && f.is_finite() => f,
+            Some(f) => {
+                return bail(format!(
+                    "GGUF metadata `{a}.rope.scaling.attn_factor` is {f}; it must be positive"
+                ))
+            }
+        };
         Ok(Self {
             arch,
             vocab_size,
@@ -310,9 +347,12 @@ impl Config {
             num_key_value_heads,
             head_dim,
             rms_norm_eps,
+            rope_dim,
             rope_theta: global_theta,
             rope_scaling_factor,
             context_length,
+            rope_original_context,
+            rope_attn_factor,
             embed_scale,
             attn_scale,
             sliding,

@@ -8,7 +8,7 @@ use candle_core::{Device, Module, Result, Tensor};
 use rayon::prelude::*;
 
 use super::cache::LayerCache;
-use super::weights::{Embedding, Linear, Weights};
+use super::weights::{Embedding, GateUp, Linear, Qkv, Weights};
 use super::{bail, threads, Config, RopeStyle};
 use crate::quant::{attn_mix, attn_scores, Isa, KvElem, Q8Acts, QMatrix};
 
@@ -45,15 +45,20 @@ pub(super) fn forward_impl(
         segment.extend(std::iter::repeat_n(s, toks.len()));
         positions.extend(pos..pos + toks.len());
     }
-    let global = RopeRows::new(&w.inv_freq, &positions);
-    let local = RopeRows::new(&w.inv_freq_local, &positions);
+    let global = RopeRows::new(&w.inv_freq, &positions, cfg.rope_attn_factor);
+    let local = RopeRows::new(&w.inv_freq_local, &positions, 1.0);
     let style = cfg.arch.rope();
     let mut acts = Q8Acts::default();
     let mut h = vec![0f32; n * dim];
     for (l, layer) in w.layers.iter().enumerate() {
         rms_norm(&x, &layer.attn_norm, eps, &mut h);
-        let [mut q, mut k, mut v] =
-            project(isa, [&layer.wq, &layer.wk, &layer.wv], &h, n, &mut acts)?;
+        let [mut q, mut k, mut v] = match &layer.qkv {
+            Qkv::Split([wq, wk, wv]) => project(isa, [wq, wk, wv], &h, n, &mut acts)?,
+            Qkv::Fused(wqkv) => {
+                let [qkv] = project(isa, [wqkv], &h, n, &mut acts)?;
+                split_rows(&qkv, [cfg.q_dim(), kvd, kvd])
+            }
+        };
         if let Some([bq, bk, bv]) = &layer.bias {
             add_rows(&mut q, bq);
             add_rows(&mut k, bk);
@@ -83,7 +88,14 @@ pub(super) fn forward_impl(
         }
         add(&mut x, &o);
         rms_norm(&x, &layer.ffn_norm, eps, &mut h);
-        let [mut g, u] = project(isa, [&layer.gate, &layer.up], &h, n, &mut acts)?;
+        let [mut g, u] = match &layer.gate_up {
+            GateUp::Split { gate, up } => project(isa, [gate, up], &h, n, &mut acts)?,
+            GateUp::Fused(gate_up) => {
+                let [gu] = project(isa, [gate_up], &h, n, &mut acts)?;
+                let ffn = gate_up.rows() / 2;
+                split_rows(&gu, [ffn, ffn])
+            }
+        };
         // Per value, so the same bits however the rows are split; libm's `tanh` is the
         // largest serial part of Gemma 3's prefill otherwise.
         let gelu = cfg.arch.gemma();
@@ -144,25 +156,48 @@ fn gelu_tanh(v: f32) -> f32 {
 }
 
 /// cos and sin of each row's angles `position * inv_freq[i]` (an f32 angle, as candle
-/// computes it), `inv_freq.len()` per row.
+/// computes it), times `mscale` (llama.cpp's `attn_factor`; 1 but for LongRoPE files),
+/// `inv_freq.len()` per row.
 struct RopeRows {
     cos: Vec<f32>,
     sin: Vec<f32>,
+    /// Angles per row: `rope_dim / 2`.
+    half: usize,
 }
 
 impl RopeRows {
-    fn new(inv_freq: &[f32], positions: &[usize]) -> Self {
+    fn new(inv_freq: &[f32], positions: &[usize], mscale: f32) -> Self {
         let mut cos = Vec::with_capacity(positions.len() * inv_freq.len());
         let mut sin = Vec::with_capacity(cos.capacity());
         for &p in positions {
             for f in inv_freq {
                 let a = p as f32 * f;
-                cos.push(a.cos());
-                sin.push(a.sin());
+                cos.push(a.cos() * mscale);
+                sin.push(a.sin() * mscale);
             }
         }
-        Self { cos, sin }
+        Self {
+            cos,
+            sin,
+            half: inv_freq.len(),
+        }
     }
+}
+
+/// Each row of `x` (rows of `N` parts, `widths` wide) cut into its parts: one matrix of
+/// `n x widths[i]` per part (a fused projection's q, k, v, or gate and up).
+fn split_rows<const N: usize>(x: &[f32], widths: [usize; N]) -> [Vec<f32>; N] {
+    let width: usize = widths.iter().sum();
+    let rows = x.len() / width;
+    let mut outs: [Vec<f32>; N] = std::array::from_fn(|i| Vec::with_capacity(rows * widths[i]));
+    for row in x.chunks_exact(width) {
+        let mut at = 0;
+        for (out, &w) in outs.iter_mut().zip(&widths) {
+            out.extend_from_slice(&row[at..at + w]);
+            at += w;
+        }
+    }
+    outs
 }
 
 fn add(x: &mut [f32], y: &[f32]) {
@@ -197,10 +232,14 @@ fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
     }
 }
 
-/// RoPE of `style` on each head of each row; row `t` is at the `t`-th new position.
+/// RoPE of `style` on each head of each row; row `t` is at the `t`-th new position. It
+/// turns the first `rope_dim` values of each head (two per angle of a row) and leaves the
+/// rest as they are (ggml's partial rotation; all of them but for Phi-4-mini).
 fn rope(style: RopeStyle, x: &mut [f32], hd: usize, angles: &RopeRows) {
-    let (cos, sin) = (&angles.cos, &angles.sin);
-    let half = hd / 2;
+    let (cos, sin, half) = (&angles.cos, &angles.sin, angles.half);
+    if half == 0 || cos.is_empty() {
+        return;
+    }
     let rows = cos.len() / half;
     let width = x.len() / rows;
     for (t, row) in x.chunks_exact_mut(width).enumerate() {
@@ -209,16 +248,17 @@ fn rope(style: RopeStyle, x: &mut [f32], hd: usize, angles: &RopeRows) {
             &sin[t * half..(t + 1) * half],
         );
         for head in row.chunks_exact_mut(hd) {
+            let turned = &mut head[..2 * half];
             match style {
                 RopeStyle::Interleaved => {
-                    for (i, pair) in head.chunks_exact_mut(2).enumerate() {
+                    for (i, pair) in turned.chunks_exact_mut(2).enumerate() {
                         let (a, b) = (pair[0], pair[1]);
                         pair[0] = a * c[i] - b * s[i];
                         pair[1] = a * s[i] + b * c[i];
                     }
                 }
                 RopeStyle::Neox => {
-                    let (lo, hi) = head.split_at_mut(half);
+                    let (lo, hi) = turned.split_at_mut(half);
                     for i in 0..half {
                         let (a, b) = (lo[i], hi[i]);
                         lo[i] = a * c[i] - b * s[i];
@@ -376,8 +416,48 @@ fn attend<E: KvElem>(
 
 #[cfg(test)]
 mod tests {
-    use super::attend;
+    use super::{attend, rope, split_rows, RopeRows};
+    use crate::llama::RopeStyle;
     use crate::quant::Isa;
+
+    /// Partial RoPE (Phi-4-mini turns 96 of 128 values a head): with 2 angles on heads of
+    /// 6, each head's first 4 values turn as NeoX pairs (0, 2), (1, 3), scaled by `mscale`
+    /// (LongRoPE's `attn_factor`), and its last 2 stay as they were.
+    #[test]
+    fn rope_turns_the_first_rope_dim_values_only() {
+        let (hd, inv_freq, mscale) = (6, [0.5f32, 0.25], 1.25f32);
+        let positions = [3usize];
+        let angles = RopeRows::new(&inv_freq, &positions, mscale);
+        let x0: Vec<f32> = (0..2 * hd).map(|i| 1.0 + i as f32).collect();
+        for style in [RopeStyle::Neox, RopeStyle::Interleaved] {
+            let mut x = x0.clone();
+            rope(style, &mut x, hd, &angles);
+            for head in 0..2 {
+                let (h0, h) = (&x0[head * hd..][..hd], &x[head * hd..][..hd]);
+                assert_eq!(&h[4..], &h0[4..], "{style:?}: the unturned values");
+                for (i, f) in inv_freq.iter().enumerate() {
+                    let a = 3.0 * f;
+                    let (c, s) = (a.cos() * mscale, a.sin() * mscale);
+                    let (p, q) = match style {
+                        RopeStyle::Neox => (i, i + 2),
+                        RopeStyle::Interleaved => (2 * i, 2 * i + 1),
+                    };
+                    assert!((h[p] - (h0[p] * c - h0[q] * s)).abs() < 1e-5, "{style:?}");
+                    assert!((h[q] - (h0[p] * s + h0[q] * c)).abs() < 1e-5, "{style:?}");
+                }
+            }
+        }
+    }
+
+    /// A fused projection's rows cut into their parts (Phi-3's q | k | v, gate | up).
+    #[test]
+    fn split_rows_cuts_each_row() {
+        let x: Vec<f32> = (0..12).map(|i| i as f32).collect();
+        let [a, b, c] = split_rows(&x, [3, 2, 1]);
+        assert_eq!(a, [0., 1., 2., 6., 7., 8.]);
+        assert_eq!(b, [3., 4., 9., 10.]);
+        assert_eq!(c, [5., 11.]);
+    }
 
     /// Gemma 2's soft-cap in the attention: `attend` with a cap is the softmax of
     /// `cap * tanh(scale * q.k / cap)`, written out; without it, of the plain scores. The

@@ -1,7 +1,7 @@
-//! Llama (SmolLM2, Llama 3.x, Mistral 7B and kin), Qwen2, Qwen3, Gemma 2 and Gemma 3 from
-//! a GGUF file on the CPU, in candle's model-file shape: a `Config` read from the `llama.*`,
-//! `qwen2.*`, `qwen3.*`, `gemma2.*` or `gemma3.*` metadata, `ModelWeights::from_gguf`, `forward(input, index_pos)` and
-//! `clear_kv_cache()`.
+//! Llama (SmolLM2, Llama 3.x, Mistral 7B and kin), Qwen2, Qwen3, Gemma 2, Gemma 3 and Phi-3
+//! from a GGUF file on the CPU, in candle's model-file shape: a `Config` read from the
+//! `llama.*`, `qwen2.*`, `qwen3.*`, `gemma2.*`, `gemma3.*` or `phi3.*` metadata,
+//! `ModelWeights::from_gguf`, `forward(input, index_pos)` and `clear_kv_cache()`.
 //!
 //! formwork carries its own file for speed on the CPU; `candle_transformers`'
 //! `quantized_llama` and formwork's candle-tensor `qwen2.rs` and `gemma3.rs` stay the
@@ -16,20 +16,25 @@
 //!   every token. Here each layer's cache is a `Vec<f32>` that grows in place.
 //!
 //! One layer, as llama.cpp computes it (`llm_build_llama`, `llm_build_qwen2`,
-//! `llm_build_qwen3`, `llm_build_gemma2_iswa`, `llm_build_gemma3`):
+//! `llm_build_qwen3`, `llm_build_gemma2_iswa`, `llm_build_gemma3`, `llama_model_phi3`):
 //!
 //! ```text
 //! x = embed(ids) * embed_scale                      (Gemma: sqrt(embedding_length); else 1)
 //! per layer:  h = rms(x, attn_norm)
 //!             q, k, v = h Wq (+ bq), h Wk (+ bk), h Wv (+ bv)   (biases: Qwen2; GQA: n_kv_head <= n_head)
+//!                       Phi-3: one h Wqkv, its row cut into q, k, v
 //!             q, k = rms(q, q_norm), rms(k, k_norm) per head   (Qwen3, Gemma 3)
 //!             q, k = RoPE, base {arch}.rope.freq_base: interleaved pairs (2i, 2i + 1) for
 //!                    llama, NeoX halves (i, i + head_dim / 2) for Qwen2, Qwen3, Gemma;
-//!                    pair i's angle divided by rope_freqs[i] where the file has it (Llama 3.1+)
+//!                    pair i's angle divided by rope_freqs[i] where the file has it (Llama 3.1+),
+//!                    or by Phi-3's long or short LongRoPE factor, cos and sin times
+//!                    rope.scaling.attn_factor; only the first rope.dimension_count
+//!                    values of a head turn
 //!             s = q k^T * attn_scale;  Gemma 2: s = 50 tanh(s / 50)   (attn_logit_softcapping)
 //!             a = softmax(s + causal mask) v Wo
 //!             x = x + a                      (Gemma: x + rms(a, post_attention_norm))
 //!             h = rms(x, ffn_norm);  f = (act(h Wgate) * h Wup) Wdown   (act: SiLU; Gemma: GELU-tanh)
+//!                                    Phi-3: g | u = h Wup (one matrix, halves), f = (silu(g) * u) Wdown
 //!             x = x + f                      (Gemma: x + rms(f, post_ffw_norm))
 //! logits = rms(x_last, output_norm) Wout     (Wout = output.weight, or token_embd.weight when tied)
 //!          Gemma 2: logits = 30 tanh(logits / 30)      (final_logit_softcapping)
@@ -178,6 +183,33 @@ impl ModelWeights {
             }
         }
         Ok(self)
+    }
+
+    /// The same model run with a context of at most `n` positions (no more than the
+    /// file's `context_length`): later positions are refused, and a Phi-3 LongRoPE file
+    /// takes its short RoPE factors when `n` is within
+    /// `phi3.rope.scaling.original_context_length`, its long ones past it (llama.cpp picks
+    /// by its `n_ctx` so). The default is the file's context, so a 128k Phi-3 file runs
+    /// with its long factors. Only on a model without snapshots; empties the cache.
+    pub fn with_context_length(mut self, n: usize) -> Result<Self> {
+        let Some(w) = Arc::get_mut(&mut self.w) else {
+            return bail("with_context_length: the weights are shared with a snapshot".into());
+        };
+        if n == 0 || n > w.cfg.context_length {
+            return bail(format!(
+                "a context of {n} positions: the file allows 1 to {}",
+                w.cfg.context_length
+            ));
+        }
+        w.set_context_length(n);
+        self.clear_kv_cache();
+        Ok(self)
+    }
+
+    /// The per-pair factors the global layers' RoPE angles are divided by, where the file
+    /// has some (Llama 3's `rope_freqs`, Phi-3's long or short factors).
+    pub fn rope_factors(&self) -> Option<&[f32]> {
+        self.w.rope_factors()
     }
 
     /// The same model with its KV cache in `kv` (emptied). Snapshots taken later share it.

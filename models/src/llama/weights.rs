@@ -94,20 +94,45 @@ pub(super) enum Embedding {
     F32 { table: Arc<Vec<f32>>, cols: usize },
 }
 
+/// The q, k and v projections: three matrices, or Phi-3's one (`attn_qkv.weight`) whose
+/// rows are q's, then k's, then v's (llama.cpp's `build_qkv` views it so).
+#[derive(Debug)]
+pub(super) enum Qkv {
+    Split([Linear; 3]),
+    Fused(Linear),
+}
+
+/// The feed-forward block's gate and up projections: two matrices, or Phi-3's one
+/// (`ffn_up.weight`, `2 * feed_forward_length` rows) whose first half of rows is the gate
+/// and second half the up projection (llama.cpp's `LLM_FFN_SWIGLU` on an up without a
+/// gate: `silu(first half) * second half`, as Hugging Face's `gate_up_proj.chunk(2)`).
+#[derive(Debug)]
+pub(super) enum GateUp {
+    Split { gate: Linear, up: Linear },
+    Fused(Linear),
+}
+
+impl GateUp {
+    /// The feed-forward width.
+    pub(super) fn ffn(&self) -> usize {
+        match self {
+            GateUp::Split { gate, .. } => gate.rows(),
+            GateUp::Fused(m) => m.rows() / 2,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub(super) struct Layer {
     pub(super) attn_norm: Vec<f32>,
-    pub(super) wq: Linear,
-    pub(super) wk: Linear,
-    pub(super) wv: Linear,
+    pub(super) qkv: Qkv,
     /// `attn_q.bias`, `attn_k.bias`, `attn_v.bias` (Qwen2), when the file has them.
     pub(super) bias: Option<[Vec<f32>; 3]>,
     /// `attn_q_norm`, `attn_k_norm` (Qwen3, Gemma 3): RMS norms of each head of q and k.
     pub(super) qk_norm: Option<[Vec<f32>; 2]>,
     pub(super) wo: Linear,
     pub(super) ffn_norm: Vec<f32>,
-    pub(super) gate: Linear,
-    pub(super) up: Linear,
+    pub(super) gate_up: GateUp,
     pub(super) down: Linear,
     /// `post_attention_norm`, `post_ffw_norm` (Gemma 3): RMS norms of the attention's and
     /// the FFN's outputs before they are added to the residual.
@@ -121,9 +146,15 @@ pub(super) struct Weights {
     pub(super) layers: Vec<Layer>,
     pub(super) norm: Vec<f32>,
     pub(super) output: Linear,
-    /// `1 / base^(2i / head_dim)` for each pair of a head (`/ rope_scaling_factor`, and
-    /// `/ rope_freqs[i]` where the file has Llama 3's per-pair factors).
+    /// `1 / base^(2i / rope_dim)` for each pair RoPE turns (`/ rope_scaling_factor`, and
+    /// `/ factor[i]` where the file has per-pair factors: Llama 3's `rope_freqs`, or
+    /// Phi-3's long or short ones, [`Weights::rope_factors`]).
     pub(super) inv_freq: Vec<f32>,
+    /// Phi-3's LongRoPE factors (`rope_factors_long.weight`, `rope_factors_short.weight`),
+    /// kept so that [`Weights::set_context_length`] can pick again.
+    pub(super) long_short: Option<[Vec<f32>; 2]>,
+    /// Llama 3's `rope_freqs.weight`.
+    pub(super) rope_freqs: Option<Vec<f32>>,
     /// The same for the local layers' base, unscaled (empty without local layers).
     pub(super) inv_freq_local: Vec<f32>,
 }
@@ -191,13 +222,27 @@ impl Weights {
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
             let p = format!("blk.{i}");
+            let has = |n: &str| ct.tensor_infos.contains_key(&format!("{p}.{n}"));
+            let (fused_qkv, split_ffn) = (has("attn_qkv.weight"), has("ffn_gate.weight"));
             let mut lin = |n: &str| Linear::load(ct, reader, &format!("{p}.{n}"), isa);
-            let wq = lin("attn_q.weight")?;
-            let wk = lin("attn_k.weight")?;
-            let wv = lin("attn_v.weight")?;
+            let qkv = if fused_qkv {
+                Qkv::Fused(lin("attn_qkv.weight")?)
+            } else {
+                Qkv::Split([
+                    lin("attn_q.weight")?,
+                    lin("attn_k.weight")?,
+                    lin("attn_v.weight")?,
+                ])
+            };
             let wo = lin("attn_output.weight")?;
-            let gate = lin("ffn_gate.weight")?;
-            let up = lin("ffn_up.weight")?;
+            let gate_up = if split_ffn {
+                GateUp::Split {
+                    gate: lin("ffn_gate.weight")?,
+                    up: lin("ffn_up.weight")?,
+                }
+            } else {
+                GateUp::Fused(lin("ffn_up.weight")?)
+            };
             let down = lin("ffn_down.weight")?;
             let mut vec_of = |n: &str, len: usize| -> Result<Vec<f32>> {
                 let name = format!("{p}.{n}");
@@ -231,29 +276,34 @@ impl Weights {
             layers.push(Layer {
                 attn_norm: vec_of("attn_norm.weight", dim)?,
                 ffn_norm: vec_of("ffn_norm.weight", dim)?,
-                wq,
-                wk,
-                wv,
+                qkv,
                 bias,
                 qk_norm,
                 wo,
-                gate,
-                up,
+                gate_up,
                 down,
                 post_norm,
             });
         }
         for (i, l) in layers.iter().enumerate() {
-            let ffn = l.gate.rows();
-            let want = [
-                ("attn_q", &l.wq, qd, dim),
-                ("attn_k", &l.wk, kv, dim),
-                ("attn_v", &l.wv, kv, dim),
-                ("attn_output", &l.wo, dim, qd),
-                ("ffn_gate", &l.gate, ffn, dim),
-                ("ffn_up", &l.up, ffn, dim),
-                ("ffn_down", &l.down, dim, ffn),
-            ];
+            let ffn = l.gate_up.ffn();
+            let mut want = Vec::new();
+            match &l.qkv {
+                Qkv::Split([wq, wk, wv]) => want.extend([
+                    ("attn_q", wq, qd, dim),
+                    ("attn_k", wk, kv, dim),
+                    ("attn_v", wv, kv, dim),
+                ]),
+                Qkv::Fused(m) => want.push(("attn_qkv", m, qd + 2 * kv, dim)),
+            }
+            want.push(("attn_output", &l.wo, dim, qd));
+            match &l.gate_up {
+                GateUp::Split { gate, up } => {
+                    want.extend([("ffn_gate", gate, ffn, dim), ("ffn_up", up, ffn, dim)])
+                }
+                GateUp::Fused(m) => want.push(("ffn_up", m, 2 * ffn, dim)),
+            }
+            want.push(("ffn_down", &l.down, dim, ffn));
             for (name, lin, rows, cols) in want {
                 if (lin.rows(), lin.cols()) != (rows, cols) {
                     return bail(format!(
@@ -272,40 +322,100 @@ impl Weights {
                 cfg.vocab_size
             ));
         }
-        let inv_freq = |base: f32, scale: f32| -> Vec<f32> {
-            (0..hd)
-                .step_by(2)
-                .map(|i| 1f32 / base.powf(i as f32 / hd as f32) / scale)
-                .collect()
-        };
+        let rd = cfg.rope_dim;
         let inv_freq_local = match &cfg.sliding {
-            Some(s) => inv_freq(s.rope_theta, 1.0),
+            Some(s) => base_inv_freq(s.rope_theta, rd, 1.0),
             None => Vec::new(),
         };
-        let mut inv_freq = inv_freq(cfg.rope_theta, cfg.rope_scaling_factor);
+        let mut factors = |name: &str| -> Result<Option<Vec<f32>>> {
+            if !ct.tensor_infos.contains_key(name) {
+                return Ok(None);
+            }
+            let f = vector(tensor(reader, name)?, name, rd / 2)?;
+            if let Some(bad) = f.iter().find(|f| !(**f > 0.0 && f.is_finite())) {
+                return bail(format!(
+                    "GGUF tensor `{name}` holds {bad}; RoPE factors must be positive"
+                ));
+            }
+            Ok(Some(f))
+        };
         // Llama 3.1 / 3.2's RoPE scaling: the converter stores one factor per pair, and
         // llama.cpp divides that pair's angle by it (`rope_freqs.weight`, ggml's
         // `freq_factors`).
-        const ROPE_FREQS: &str = "rope_freqs.weight";
-        if ct.tensor_infos.contains_key(ROPE_FREQS) {
-            let factors = vector(tensor(reader, ROPE_FREQS)?, ROPE_FREQS, hd / 2)?;
-            if let Some(bad) = factors.iter().find(|f| !(**f > 0.0 && f.is_finite())) {
-                return bail(format!(
-                    "GGUF tensor `{ROPE_FREQS}` holds {bad}; RoPE factors must be positive"
-                ));
-            }
-            for (f, d) in inv_freq.iter_mut().zip(&factors) {
-                *f /= d;
-            }
+        let rope_freqs = factors("rope_freqs.weight")?;
+        // Phi-3's LongRoPE: two such sets, of which the context length picks one.
+        let long_short = match (
+            factors("rope_factors_long.weight")?,
+            factors("rope_factors_short.weight")?,
+        ) {
+            (Some(l), Some(s)) => Some([l, s]),
+            (None, None) => None,
+            (Some(_), None) => return bail("GGUF tensor `rope_factors_short.weight` is missing (the file has `rope_factors_long.weight`)".into()),
+            (None, Some(_)) => return bail("GGUF tensor `rope_factors_long.weight` is missing (the file has `rope_factors_short.weight`)".into()),
+        };
+        if long_short.is_some() && cfg.rope_original_context.is_none() {
+            return bail(format!(
+                "GGUF metadata `{}.rope.scaling.original_context_length` is missing; it picks between `rope_factors_long.weight` and `rope_factors_short.weight`",
+                cfg.arch.name()
+            ));
         }
-        Ok(Self {
+        let mut w = Self {
             cfg,
             embed,
             layers,
             norm,
             output,
-            inv_freq,
+            inv_freq: Vec::new(),
             inv_freq_local,
-        })
+            long_short,
+            rope_freqs,
+        };
+        w.inv_freq = w.global_inv_freq();
+        Ok(w)
     }
+
+    /// The per-pair factors the global layers' angles are divided by: Llama 3's
+    /// `rope_freqs`; or Phi-3's long ones when the context length is past the original
+    /// context, else its short ones (llama.cpp's `get_rope_factors`, which `rope_freqs`
+    /// also wins).
+    pub(super) fn rope_factors(&self) -> Option<&[f32]> {
+        if let Some(f) = &self.rope_freqs {
+            return Some(f);
+        }
+        let [long, short] = self.long_short.as_ref()?;
+        let long_ctx = self
+            .cfg
+            .rope_original_context
+            .is_some_and(|o| self.cfg.context_length > o);
+        Some(if long_ctx { long } else { short })
+    }
+
+    fn global_inv_freq(&self) -> Vec<f32> {
+        let mut f = base_inv_freq(
+            self.cfg.rope_theta,
+            self.cfg.rope_dim,
+            self.cfg.rope_scaling_factor,
+        );
+        if let Some(d) = self.rope_factors() {
+            for (f, d) in f.iter_mut().zip(d) {
+                *f /= d;
+            }
+        }
+        f
+    }
+
+    /// Runs with a context of `n` positions at most (no more than the file's): positions
+    /// past it are refused, and a LongRoPE file picks its factors by it.
+    pub(super) fn set_context_length(&mut self, n: usize) {
+        self.cfg.context_length = n;
+        self.inv_freq = self.global_inv_freq();
+    }
+}
+
+/// `1 / base^(2i / rope_dim) / scale` for each pair `i` RoPE turns (ggml's `theta_scale`).
+fn base_inv_freq(base: f32, rope_dim: usize, scale: f32) -> Vec<f32> {
+    (0..rope_dim)
+        .step_by(2)
+        .map(|i| 1f32 / base.powf(i as f32 / rope_dim as f32) / scale)
+        .collect()
 }
