@@ -23,6 +23,20 @@ Python 3 stdlib plus `jsonschema` (in .venv-test). Example (README, "Serving"):
     .venv-test/bin/python benches/serve_bench.py --model qwen2.5-coder-0.5b \
         --concurrency 1,4,16 --out /work/runs/serve/qwen
 
+`--request-file FILE` sends the requests `formwork bench --requests-out FILE` wrote instead:
+formwork's own extraction messages (its outline prompt, the worked examples picked for each
+record, the record), the schema as a strict `json_schema` response format, its `max_tokens`
+and temperature. Then each level sends every request once, in the file's order, with no
+warm-up (as `formwork bench` times from its first record), and the row gives records/minute
+to set beside `formwork bench --parallel C` on the same file's records (README "Speed"):
+
+    target/release/formwork bench --dataset ../shared/data/extraction/snips_public.jsonl \
+        --modes masked --max-tokens 512 \
+        --examples ../shared/data/extraction/snips_train_examples.jsonl \
+        --requests-out /work/runs/snips-requests.jsonl
+    .venv-test/bin/python benches/serve_bench.py --servers llama-server --concurrency 2,4 \
+        --request-file /work/runs/snips-requests.jsonl --out /work/runs/serve/snips
+
 Raw outputs go to --out: one JSONL per server and level (every request with its answer),
 the servers' logs, and summary.json / summary.md.
 """
@@ -76,7 +90,25 @@ def load_records(path, n):
     return out[:n] if n else out
 
 
+def load_request_file(path):
+    """`formwork bench --requests-out` lines as records: id, schema_name, schema, request."""
+    out = []
+    for n, line in enumerate(open(path), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            req = row["request"]
+            schema = req["response_format"]["json_schema"]["schema"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise SystemExit(f"{path}:{n}: not a `formwork bench --requests-out` line with a json_schema ({e})")
+        out.append({"id": row["id"], "schema_name": row["schema_name"], "schema": schema, "request": req})
+    return out
+
+
 def body_for(rec, model, max_tokens):
+    if "request" in rec:  # --request-file: formwork's own request, as written
+        return dict(rec["request"], model=model)
     return {
         "model": model,
         "messages": [
@@ -193,13 +225,14 @@ def run_level(server, args, c, records, model_name):
     proc, cmd = start(server, args, c, port, log)
     try:
         load_s = wait_ready(port, proc, log)
-        # Warm-up: one request per schema (grammar compiled / cached), not counted.
+        # Warm-up: one request per schema (grammar compiled / cached), not counted; none
+        # for --request-file, whose rows compare with `formwork bench`'s whole wall time.
         seen = {}
         for r in records:
             seen.setdefault(r["schema_name"], r)
-        for r in seen.values():
+        for r in ([] if args.request_file else seen.values()):
             post(port, body_for(r, model_name, args.max_tokens), args.timeout)
-        n = args.requests or max(16, 2 * c)
+        n = args.requests or (len(records) if args.request_file else max(16, 2 * c))
         batch = [records[i % len(records)] for i in range(n)]
         results = [None] * n
         lock = threading.Lock()
@@ -256,6 +289,8 @@ def main():
     ap.add_argument("--concurrency", default="1,4,16")
     ap.add_argument("--requests", type=int, default=0, help="per level (default: max(16, 2 x concurrency))")
     ap.add_argument("--records", type=int, default=0, help="use the first N records (round-robin over schemas; default all)")
+    ap.add_argument("--request-file", default="",
+                    help="`formwork bench --requests-out` JSONL: send these requests, each once per level")
     ap.add_argument("--dataset", default=os.path.join(ROOT, "../shared/data/extraction/snips_public.jsonl"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctx-per-slot", type=int, default=2048)
@@ -274,7 +309,11 @@ def main():
                 args.gguf = lines[i + 1].split()[-1]
         if not args.gguf or not os.path.isfile(args.gguf):
             raise SystemExit(f"{args.model}: no cached GGUF (formwork models fetch {args.model}), or pass --gguf")
-    records = load_records(args.dataset, args.records)
+    if args.request_file:
+        records = load_request_file(args.request_file)
+        records = records[: args.records] if args.records else records
+    else:
+        records = load_records(args.dataset, args.records)
     rows = []
     for c in [int(x) for x in args.concurrency.split(",")]:
         for server in args.servers.split(","):
@@ -283,7 +322,7 @@ def main():
             print(json.dumps(row), flush=True)
     meta = {"model": args.model, "gguf": args.gguf, "threads": args.threads,
             "ctx_per_slot": args.ctx_per_slot, "max_tokens": args.max_tokens,
-            "dataset": args.dataset, "argv": sys.argv, "loadavg_end": os.getloadavg(),
+            "dataset": args.request_file or args.dataset, "argv": sys.argv, "loadavg_end": os.getloadavg(),
             "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     json.dump({"meta": meta, "rows": rows}, open(os.path.join(args.out, "summary.json"), "w"), indent=1)
     lines = ["| server | clients | requests | req/min | p50 s | p99 s | schema-valid | finish | prompt tok | completion tok |",

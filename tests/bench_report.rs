@@ -263,3 +263,103 @@ fn parallel_bench_reports_what_a_serial_bench_reports() {
     let mean = parallel["mean_batch"].as_f64().unwrap();
     assert!(mean > 1.0 && mean <= 3.0, "mean batch {mean}");
 }
+
+/// `bench --requests-out`: every record's first attempt as an OpenAI request, written
+/// without loading the model (the model named is a file that does not exist): the
+/// system message, the picked examples as user/assistant turns, the record's text
+/// last, the record's schema as a strict `json_schema` response format, greedy, and
+/// the run's `max_tokens`.
+#[test]
+fn requests_out_writes_each_record_as_a_request_without_a_model() {
+    let dataset = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/snips_sample.jsonl");
+    let dir = std::env::temp_dir().join(format!("formwork-requests-out-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let records: Vec<Value> = std::fs::read_to_string(&dataset)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // Two worked examples per schema: the record's own answer under another text.
+    let mut examples = String::new();
+    for r in &records {
+        for k in ["one", "two"] {
+            let mut e = r.clone();
+            e["id"] = Value::from(format!("{}-{k}", r["id"].as_str().unwrap()));
+            e["text"] = Value::from(format!(
+                "example {k} of {}",
+                r["schema_name"].as_str().unwrap()
+            ));
+            examples.push_str(&format!("{e}\n"));
+        }
+    }
+    std::fs::write(dir.join("examples.jsonl"), examples).unwrap();
+    let out_path = dir.join("requests.jsonl");
+    let missing = dir.join("no-such-model.gguf");
+    let out = Command::new(env!("CARGO_BIN_EXE_formwork"))
+        .env("FORMWORK_HOME", &dir)
+        .args([
+            "bench",
+            "--modes",
+            "masked",
+            "--max-tokens",
+            "300",
+            "--shots",
+            "2",
+        ])
+        .arg("--model")
+        .arg(&missing)
+        .arg("--dataset")
+        .arg(&dataset)
+        .arg("--examples")
+        .arg(dir.join("examples.jsonl"))
+        .arg("--requests-out")
+        .arg(&out_path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = std::fs::read_to_string(&out_path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), records.len());
+    for r in &records {
+        let line = lines
+            .iter()
+            .find(|l| l["id"] == r["id"])
+            .expect("every record");
+        assert_eq!(line["schema_name"], r["schema_name"]);
+        assert_eq!(line["mode"], "masked");
+        let req = &line["request"];
+        assert_eq!(req["model"], Value::from(missing.display().to_string()));
+        assert_eq!(req["max_tokens"], 300);
+        assert_eq!(req["temperature"], 0.0);
+        let f = &req["response_format"];
+        assert_eq!(f["type"], "json_schema");
+        assert_eq!(f["json_schema"]["strict"], true);
+        assert_eq!(f["json_schema"]["schema"], r["schema"]);
+        let m = req["messages"].as_array().unwrap();
+        let roles: Vec<&str> = m.iter().map(|x| x["role"].as_str().unwrap()).collect();
+        assert_eq!(
+            roles,
+            ["system", "user", "assistant", "user", "assistant", "user"]
+        );
+        assert!(m[0]["content"].as_str().unwrap().contains("Null policy"));
+        let name = r["schema_name"].as_str().unwrap();
+        for (turn, answer) in [(&m[1], &m[2]), (&m[3], &m[4])] {
+            assert!(turn["content"]
+                .as_str()
+                .unwrap()
+                .ends_with(&format!("of {name}")));
+            let v: Value = serde_json::from_str(answer["content"].as_str().unwrap()).unwrap();
+            assert_eq!(v, r["expected"]);
+        }
+        assert_eq!(m[5]["content"], r["text"]);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -42,6 +42,6 @@ pub use fields::{
 pub use locate::pointer_at;
 pub use report::{markdown, Report};
 pub use review::{caught, review, Below, Bin, Review, REVIEW_THRESHOLDS};
-pub use run::{peak_rss_mb, run, BenchConfig};
+pub use run::{peak_rss_mb, requests, run, BenchConfig};
 pub use score::{score, FieldDecision, RecordResult};
 pub use summary::{percentile, summarize, SlotCounts, Summary};

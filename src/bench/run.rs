@@ -34,21 +34,22 @@ pub struct BenchConfig {
     pub parallel: usize,
 }
 
-/// Run every case in every mode. `progress` is called after each record.
-pub fn run(
-    engine: &mut Engine,
-    cases: &[Case],
+/// One (mode, case) to run: its schema's key in the map and its options (examples
+/// picked).
+type Job<'a> = (BenchMode, &'a Case, String, ExtractOptions);
+
+/// Every (mode, case) with its options, in the order a serial run takes them (grouped by
+/// schema, so the shared prompt prefix is reused across records), and the schemas by key.
+fn plan<'a>(
+    cases: &'a [Case],
     cfg: &BenchConfig,
-    mut progress: impl FnMut(&RecordResult),
-) -> anyhow::Result<Report> {
-    let started = Instant::now();
+) -> anyhow::Result<(BTreeMap<String, Schema>, Vec<Job<'a>>)> {
     let mut schemas: BTreeMap<String, Schema> = BTreeMap::new();
     let mut pools: BTreeMap<String, Vec<crate::examples::Loaded>> = BTreeMap::new();
     // Group by schema so the shared prompt prefix is reused across records.
     let mut order: Vec<&Case> = cases.iter().collect();
     order.sort_by(|a, b| a.schema_name.cmp(&b.schema_name));
-    // Every (mode, case) with its options, in the order a serial run takes them.
-    let mut jobs: Vec<(BenchMode, &Case, String, ExtractOptions)> = Vec::new();
+    let mut jobs: Vec<Job<'a>> = Vec::new();
     for &mode in &cfg.modes {
         let mut opts = cfg.opts.clone();
         opts.mode = if mode == BenchMode::Free {
@@ -90,6 +91,64 @@ pub fn run(
             jobs.push((mode, case, key, opts.clone()));
         }
     }
+    Ok((schemas, jobs))
+}
+
+/// The first attempt of every (mode, case) as an OpenAI chat completions request body,
+/// for another server (`formwork bench --requests-out`, `benches/serve_bench.py
+/// --requests`): the messages `Engine::extract` renders (system message in the prompt
+/// style, the picked examples as earlier turns, the document), greedy or the run's
+/// temperature, `max_tokens`, and for the masked modes the case's schema as a strict
+/// `json_schema` `response_format`. One object per job: `{id, schema_name, mode,
+/// request}`.
+pub fn requests(
+    cases: &[Case],
+    cfg: &BenchConfig,
+    model: &str,
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    let (schemas, jobs) = plan(cases, cfg)?;
+    let mut out = Vec::with_capacity(jobs.len());
+    for (mode, case, key, opts) in &jobs {
+        let schema = &schemas[key];
+        let messages = crate::engine::extraction_messages(schema, &case.text, opts);
+        let mut req = serde_json::json!({
+            "model": model,
+            "messages": messages
+                .iter()
+                .map(|m| serde_json::json!({"role": m.role, "content": m.content}))
+                .collect::<Vec<_>>(),
+            "max_tokens": opts.max_tokens,
+            "temperature": match opts.sampling {
+                crate::sampling::Sampling::Temperature { temperature, .. } => temperature,
+                crate::sampling::Sampling::Greedy => 0.0,
+            },
+            "seed": opts.seed,
+        });
+        if *mode != BenchMode::Free {
+            req["response_format"] = serde_json::json!({
+                "type": "json_schema",
+                "json_schema": {"name": case.schema_name, "strict": true, "schema": schema.value},
+            });
+        }
+        out.push(serde_json::json!({
+            "id": case.id,
+            "schema_name": case.schema_name,
+            "mode": mode.name(),
+            "request": req,
+        }));
+    }
+    Ok(out)
+}
+
+/// Run every case in every mode. `progress` is called after each record.
+pub fn run(
+    engine: &mut Engine,
+    cases: &[Case],
+    cfg: &BenchConfig,
+    mut progress: impl FnMut(&RecordResult),
+) -> anyhow::Result<Report> {
+    let started = Instant::now();
+    let (mut schemas, jobs) = plan(cases, cfg)?;
     let one = |engine: &mut Engine,
                schemas: &mut BTreeMap<String, Schema>,
                (mode, case, key, opts): &(BenchMode, &Case, String, ExtractOptions)| {

@@ -87,6 +87,13 @@ pub struct BenchArgs {
           default_value = "distinct", default_missing_value = "stated",
           value_parser = super::parse_ground_arg)]
     pub grounded: super::GroundArg,
+    /// Write the first attempt of every record as an OpenAI chat completions request
+    /// (`{id, schema_name, mode, request}` per line: the same messages, examples,
+    /// schema as a strict `json_schema` response format, `max_tokens` and
+    /// temperature), then exit without loading the model: the same job for another
+    /// server (`benches/serve_bench.py --requests`).
+    #[arg(long, value_name = "FILE")]
+    pub requests_out: Option<PathBuf>,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -186,8 +193,6 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
         "dataset {} has no records",
         dataset.display()
     );
-    let loaded = crate::load_model_with(&a.model, a.load.options()?)?;
-    let mut engine = Engine::new(loaded);
     let cfg = BenchConfig {
         modes: a.modes.clone(),
         opts: ExtractOptions {
@@ -211,6 +216,22 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default(),
     };
+    if let Some(path) = &a.requests_out {
+        let mut text = String::new();
+        for line in bench::requests(&cases, &cfg, &a.model)? {
+            text.push_str(&serde_json::to_string(&line)?);
+            text.push('\n');
+        }
+        std::fs::write(path, text).with_context(|| format!("--requests-out {}", path.display()))?;
+        eprintln!(
+            "{} request(s) written to {}",
+            cases.len() * cfg.modes.len(),
+            path.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let loaded = crate::load_model_with(&a.model, a.load.options()?)?;
+    let mut engine = Engine::new(loaded);
     let total = cases.len() * cfg.modes.len();
     let mut done = 0usize;
     let report = bench::run(&mut engine, &cases, &cfg, |r| {

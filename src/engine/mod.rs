@@ -709,6 +709,16 @@ impl Engine {
     }
 }
 
+/// The messages of an extraction's first attempt, as `Engine::extract` renders them:
+/// the system message, the examples as earlier turns, the document.
+pub fn extraction_messages(
+    schema: &Schema,
+    document: &str,
+    opts: &ExtractOptions,
+) -> Vec<formwork_models::chat::ChatMessage> {
+    conversation(schema, document, opts).1
+}
+
 /// An extraction's system message (the schema, the prompt style, the instructions)
 /// and its conversation: the examples, then the document.
 fn conversation(
