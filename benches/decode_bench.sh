@@ -10,14 +10,16 @@
 #
 # Environment:
 #   LLAMA_BENCH  path to llama.cpp's own `llama-bench` binary. When set, the llama.cpp rows
-#              come from it (`-p PROMPT_TOKENS -n 128 -t THREADS -r RUNS`, mean tokens/s)
+#              come from it (`-p PROMPT_TOKENS -n 128 -t THREADS -r 1` per round)
 #              instead of llama-cpp-python. Build it from llama.cpp's source with
 #              `cmake -B build -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF && cmake --build
 #              build --target llama-bench` (about 15 minutes on 2 cores).
 #   LLAMA_PY   a Python with llama-cpp-python (default /tmp/llamavenv/bin/python); the
 #              llama.cpp rows are skipped when neither it nor LLAMA_BENCH is usable.
-#   RUNS       runs per configuration, best taken (default 3).
+#   RUNS       rounds per configuration (default 3): each round runs formwork, then llama.cpp,
+#              once; the table gives the median of the rounds for each.
 #   THREADS    thread counts to try (default "1 2").
+#   PROMPT_FILE  the prompt (default benches/prompt.txt, about 200 tokens).
 #   CANDLE_BARRIER_POOL_SPIN_LIMIT  defaults to 0 here, as in formwork itself.
 #   CARGO_TARGET_DIR  where cargo builds formwork (default target/).
 set -euo pipefail
@@ -32,7 +34,7 @@ MODELS=("$@")
 
 cargo build --release --quiet --bin formwork
 BIN="${CARGO_TARGET_DIR:-target}/release/formwork"
-PROMPT="$(cat benches/prompt.txt)"
+PROMPT="$(cat "${PROMPT_FILE:-benches/prompt.txt}")"
 have_llama=0
 if [ -n "${LLAMA_BENCH:-}" ] && [ -x "$LLAMA_BENCH" ]; then have_llama=2
 elif [ -x "$LLAMA_PY" ] && "$LLAMA_PY" -c "import llama_cpp" 2>/dev/null; then have_llama=1; fi
@@ -41,42 +43,52 @@ model_path() { # registry name -> file, from `formwork models list`
   "$BIN" models list | awk -v n="$1" '$1 == n { getline; print $NF }'
 }
 
-printf '| model | engine | threads | prompt tok | prefill tok/s | decode tok/s | peak RSS MB |\n'
-printf '|---|---|---|---|---|---|---|\n'
+median() { python3 -c "import statistics,sys; print(round(statistics.median(map(float, sys.argv[1:])), 1))" "$@"; }
+ratio() { python3 -c "import sys; a, b = map(float, sys.argv[1:]); print('%.2f×' % (a / b) if b else '')" "$1" "$2"; }
+
+# One round = formwork once, then llama.cpp once, so that the machine's load falls on both
+# alike; each figure is the median of the RUNS rounds.
+printf '| model | threads | prompt tok | prefill tok/s formwork | llama.cpp | ratio | decode tok/s formwork | llama.cpp | ratio | peak RSS MB formwork | llama.cpp |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|---|\n'
 for model in "${MODELS[@]}"; do
   if [ -f "$model" ]; then path="$model"; else path="$(model_path "$model")"; fi
-  if [ ! -f "$path" ]; then echo "| $model | (absent: formwork models fetch $model) |||||" ; continue; fi
+  if [ ! -f "$path" ]; then echo "| $model | (absent: formwork models fetch $model) ||||||||||" ; continue; fi
   for t in $THREADS; do
-    best_pre=0; best_dec=0; rss=0; ptok=0
+    pres=(); decs=(); rss=0; ptok=0; lpres=(); ldecs=(); lrss=0
     for _ in $(seq "$RUNS"); do
       err="$( { /usr/bin/time -v "$BIN" generate --model "$path" --prompt "$PROMPT" \
                 --max-tokens $GEN --ignore-eos --verbose --threads "$t" >/dev/null; } 2>&1 )"
-      pre=$(sed -n 's/^prefill: \([0-9]*\) tokens .* = \([0-9.]*\) tok\/s/\2/p' <<<"$err")
+      pres+=("$(sed -n 's/^prefill: \([0-9]*\) tokens .* = \([0-9.]*\) tok\/s/\2/p' <<<"$err")")
       ptok=$(sed -n 's/^prefill: \([0-9]*\) tokens .*/\1/p' <<<"$err")
-      dec=$(sed -n 's/^decode: .* = \([0-9.]*\) tok\/s/\1/p' <<<"$err")
+      decs+=("$(sed -n 's/^decode: .* = \([0-9.]*\) tok\/s/\1/p' <<<"$err")")
       r=$(sed -n 's/.*Maximum resident set size (kbytes): \([0-9]*\)/\1/p' <<<"$err")
-      best_pre=$(python3 -c "print(max($best_pre, $pre))")
-      best_dec=$(python3 -c "print(max($best_dec, $dec))")
-      rss=$(python3 -c "print(max($rss, $r))")
-    done
-    printf '| %s | formwork | %s | %s | %s | %s | %.0f |\n' "$model" "$t" "$ptok" "$best_pre" "$best_dec" "$(python3 -c "print($rss/1024)")"
-    if [ $have_llama = 2 ]; then
-      # The same number of prompt tokens as formwork's prefill (llama-bench feeds random
-      # tokens of that count), then 128 decoded tokens; mean tokens/s over RUNS runs.
-      out="$( { /usr/bin/time -v "$LLAMA_BENCH" -m "$path" -p "$ptok" -n $GEN -t "$t" \
-                -r "$RUNS" -o json; } 2>/tmp/llama-bench-time.$$ )"
-      r=$(sed -n 's/.*Maximum resident set size (kbytes): \([0-9]*\)/\1/p' /tmp/llama-bench-time.$$)
-      rm -f /tmp/llama-bench-time.$$
-      python3 -c "
+      rss=$(( r > rss ? r : rss ))
+      if [ $have_llama = 2 ]; then
+        # The same number of prompt tokens as formwork's prefill (llama-bench feeds random
+        # tokens of that count), then GEN decoded tokens, one run.
+        out="$( { /usr/bin/time -v "$LLAMA_BENCH" -m "$path" -p "$ptok" -n $GEN -t "$t" \
+                  -r 1 -o json; } 2>/tmp/llama-bench-time.$$ )"
+        r=$(sed -n 's/.*Maximum resident set size (kbytes): \([0-9]*\)/\1/p' /tmp/llama-bench-time.$$)
+        rm -f /tmp/llama-bench-time.$$
+        read -r lp ld < <(python3 -c "
 import json, sys
 rows = json.loads(sys.argv[1])
-pre = next(r['avg_ts'] for r in rows if r['n_prompt'] > 0)
-dec = next(r['avg_ts'] for r in rows if r['n_gen'] > 0)
-print('| $model | llama.cpp (llama-bench) | $t | $ptok | %.1f | %.1f | %.0f |' % (pre, dec, int(sys.argv[2]) / 1024))
-" "$out" "$r"
-    elif [ $have_llama = 1 ]; then
-      j="$("$LLAMA_PY" benches/llamacpp_bench.py --model "$path" --threads "$t" --gen-tokens $GEN --runs "$RUNS")"
-      python3 -c "import json,sys; d=json.loads(sys.argv[1]); print('| %s | llama.cpp | %d | %d | %s | %s | %.0f |' % ('$model', d['threads'], d['prompt_tokens'], d['prefill_tok_s'], d['decode_tok_s'], d['peak_rss_mb']))" "$j"
+print(next(r['avg_ts'] for r in rows if r['n_prompt'] > 0), next(r['avg_ts'] for r in rows if r['n_gen'] > 0))
+" "$out")
+      elif [ $have_llama = 1 ]; then
+        j="$("$LLAMA_PY" benches/llamacpp_bench.py --model "$path" --threads "$t" --gen-tokens $GEN --runs 1)"
+        read -r lp ld r < <(python3 -c "import json,sys; d=json.loads(sys.argv[1]); print(d['prefill_tok_s'], d['decode_tok_s'], int(d['peak_rss_mb'] * 1024))" "$j")
+      fi
+      if [ $have_llama != 0 ]; then lpres+=("$lp"); ldecs+=("$ld"); lrss=$(( r > lrss ? r : lrss )); fi
+    done
+    pre=$(median "${pres[@]}"); dec=$(median "${decs[@]}")
+    if [ $have_llama != 0 ]; then
+      lpre=$(median "${lpres[@]}"); ldec=$(median "${ldecs[@]}")
+      printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %d |\n' "$model" "$t" "$ptok" \
+        "$pre" "$lpre" "$(ratio "$pre" "$lpre")" "$dec" "$ldec" "$(ratio "$dec" "$ldec")" \
+        $((rss / 1024)) $((lrss / 1024))
+    else
+      printf '| %s | %s | %s | %s | | | %s | | | %d | |\n' "$model" "$t" "$ptok" "$pre" "$dec" $((rss / 1024))
     fi
   done
 done
