@@ -10,7 +10,9 @@
 #
 # Environment:
 #   LLAMA_BENCH  path to llama.cpp's own `llama-bench` binary. When set, the llama.cpp rows
-#              come from it (`-p PROMPT_TOKENS -n 128 -t THREADS -r 1` per round)
+#              come from it (per round: `-p PROMPT_TOKENS -n 0 -r 1` for prefill, and
+#              `-p 0 -n 128 -d PROMPT_TOKENS -r 1` for decode after a context as long as
+#              the prompt, as formwork decodes)
 #              instead of llama-cpp-python. Build it from llama.cpp's source with
 #              `cmake -B build -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF && cmake --build
 #              build --target llama-bench` (about 15 minutes on 2 cores).
@@ -65,16 +67,22 @@ for model in "${MODELS[@]}"; do
       rss=$(( r > rss ? r : rss ))
       if [ $have_llama = 2 ]; then
         # The same number of prompt tokens as formwork's prefill (llama-bench feeds random
-        # tokens of that count), then GEN decoded tokens, one run.
-        out="$( { /usr/bin/time -v "$LLAMA_BENCH" -m "$path" -p "$ptok" -n $GEN -t "$t" \
+        # tokens of that count); then GEN decoded tokens after a context of that many
+        # (`-d`), as formwork decodes after its prompt (llama-bench's own `-n` decodes
+        # from an empty context). One run of each.
+        out="$( { /usr/bin/time -v "$LLAMA_BENCH" -m "$path" -p "$ptok" -n 0 -t "$t" \
                   -r 1 -o json; } 2>/tmp/llama-bench-time.$$ )"
         r=$(sed -n 's/.*Maximum resident set size (kbytes): \([0-9]*\)/\1/p' /tmp/llama-bench-time.$$)
+        out2="$( { /usr/bin/time -v "$LLAMA_BENCH" -m "$path" -p 0 -n $GEN -d "$ptok" -t "$t" \
+                  -r 1 -o json; } 2>/tmp/llama-bench-time.$$ )"
+        r2=$(sed -n 's/.*Maximum resident set size (kbytes): \([0-9]*\)/\1/p' /tmp/llama-bench-time.$$)
+        r=$(( r2 > r ? r2 : r ))
         rm -f /tmp/llama-bench-time.$$
         read -r lp ld < <(python3 -c "
 import json, sys
-rows = json.loads(sys.argv[1])
-print(next(r['avg_ts'] for r in rows if r['n_prompt'] > 0), next(r['avg_ts'] for r in rows if r['n_gen'] > 0))
-" "$out")
+pre, gen = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+print(next(r['avg_ts'] for r in pre if r['n_prompt'] > 0), next(r['avg_ts'] for r in gen if r['n_gen'] > 0))
+" "$out" "$out2")
       elif [ $have_llama = 1 ]; then
         j="$("$LLAMA_PY" benches/llamacpp_bench.py --model "$path" --threads "$t" --gen-tokens $GEN --runs 1)"
         read -r lp ld r < <(python3 -c "import json,sys; d=json.loads(sys.argv[1]); print(d['prefill_tok_s'], d['decode_tok_s'], int(d['peak_rss_mb'] * 1024))" "$j")
