@@ -8,51 +8,21 @@ ANSWERS: a `formwork bench` report.json (its masked records' `value`s), or the J
 `benches/serve_bench.py` writes per server and level (each line's `content`, parsed as
 JSON; content that does not parse, or an HTTP error, is an invalid answer).
 
-The rules are bench's (src/bench/fields.rs): the leaf fields of `expected`, objects walked,
-arrays and scalars leaves; strings equal after trimming and lowercasing, numbers as
-numbers; an invalid answer has every field wrong. Slots: null, absent or `false` is
-empty; a hit is a filled gold equal to a filled answer, a false fill an answer where the
-gold is empty, a miss the reverse; precision = hits / answers filled, recall = hits / golds
-filled. The all-null answer (null everywhere, `false` for booleans) is scored beside, as the baseline.
-This script does not check the schema: serve_bench.py's `valid` column does.
+The rules are bench's (src/bench/fields.rs), through scripts/rescore_report.py's helpers: the
+leaf fields of `expected`, objects walked, arrays and scalars leaves; strings equal after
+trimming and lowercasing, numbers as numbers; an invalid answer has every field wrong.
+Slots: null, absent or `false` is empty; a hit is a filled gold equal to a filled answer, a
+false fill an answer where the gold is empty, a miss the reverse; precision = hits /
+answers filled, recall = hits / golds filled. The all-null answer (null everywhere, `false`
+for booleans) is scored beside, as the baseline. This script does not check the schema: serve_bench.py's `valid` column does.
 """
 import json
+import os
 import sys
 
-
-def leaves(v, path=""):
-    if isinstance(v, dict) and v:
-        for k, x in v.items():
-            yield from leaves(x, path + "/" + k.replace("~", "~0").replace("/", "~1"))
-    else:
-        yield path, v
-
-
-def lookup(v, path):
-    for part in path.split("/")[1:]:
-        part = part.replace("~1", "/").replace("~0", "~")
-        if not isinstance(v, dict) or part not in v:
-            return None
-        v = v[part]
-    return v
-
-
-def equal(a, b):
-    if isinstance(a, str) and isinstance(b, str):
-        return a.strip().lower() == b.strip().lower()
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a is b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return float(a) == float(b)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(equal(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return len(a) == len(b) and all(k in b and equal(x, b[k]) for k, x in a.items())
-    return a == b
-
-
-def empty(v):
-    return v is None or v is False
+# The field rules are the rescorer's, which follows src/bench/fields.rs.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+from rescore_report import empty, equal, get as lookup, leaves  # noqa: E402
 
 
 def null_of(v):
