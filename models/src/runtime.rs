@@ -336,7 +336,9 @@ impl TimingCounters {
 /// A model ready to run, with the tokenizer from the same file.
 pub struct LoadedModel {
     pub model: Box<dyn LanguageModel>,
-    pub tokenizer: crate::tokenizer::GgufTokenizer,
+    /// Shared by every [`LoadedModel::share`]: a 152k-token vocabulary with its merges
+    /// takes over 100 MB, which a copy per batch worker would repeat.
+    pub tokenizer: Arc<crate::tokenizer::GgufTokenizer>,
     /// `general.architecture`: `llama`, `gemma3` or `qwen2`.
     pub arch: String,
     /// The registry name, the file stem, or the Hugging Face repo id.
@@ -563,7 +565,7 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
     };
     Ok(LoadedModel {
         model,
-        tokenizer,
+        tokenizer: Arc::new(tokenizer),
         arch,
         name: name.to_string(),
         path: path.to_path_buf(),

@@ -121,7 +121,7 @@ fn check(name: &str, backend: Backend, tol: f32) -> Option<Parity> {
     let (tokenizer, mut forward): (GgufTokenizer, Forward) = match f.n_ctx {
         None => {
             let mut m = load_file(&path, name, common::cpu_options(backend)).unwrap();
-            let t = m.tokenizer.clone();
+            let t = (*m.tokenizer).clone();
             (
                 t,
                 Box::new(move |ids, pos| m.model.forward(ids, pos).unwrap()),

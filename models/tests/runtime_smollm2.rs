@@ -54,6 +54,17 @@ fn loads_with_its_tokenizer_and_metadata() {
     assert!(m.tokenizer.chat_template().is_some());
 }
 
+/// A share (what each batch worker and server thread gets) has its own KV state but the
+/// same tokenizer, not a copy of it (a 152k vocabulary's is over 50 MB).
+#[test]
+fn a_share_uses_the_same_tokenizer() {
+    let Some(m) = model() else { return };
+    let m = m.lock().unwrap();
+    let s = m.share();
+    assert!(std::sync::Arc::ptr_eq(&m.tokenizer, &s.tokenizer));
+    assert_eq!(s.tokenizer.vocab_size(), 49152);
+}
+
 /// Chunked prefill and one-at-a-time decoding must agree: a multi-token forward at
 /// index_pos > 0 (prefix reuse, jump-forward) sees the same cache as single steps.
 #[test]

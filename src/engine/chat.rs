@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use formwork_grammar::matcher::{Grammar, Matcher};
 use formwork_models::chat::ChatMessage;
+use formwork_models::tokenizer::GgufTokenizer;
 use serde_json::Value;
 
 use super::decode::{decode_free, DecodeOptions, DecodeOutput, Redirect, Stop, Until, Watch};
@@ -216,7 +217,7 @@ impl Engine {
                     self.decode_under(t.grammar.clone(), &mut sampler, logits, ids.len(), &dopts)
                 }
                 Constraint::Text => {
-                    let tok = &self.loaded.tokenizer;
+                    let tok: &GgufTokenizer = &self.loaded.tokenizer;
                     let is_special = |t: u32| tok.is_special(t);
                     let out = decode_free(
                         self.loaded.model.as_mut(),
@@ -252,7 +253,7 @@ impl Engine {
         if let Some(r) = &self.redirect {
             return r.clone();
         }
-        let tok = &self.loaded.tokenizer;
+        let tok: &GgufTokenizer = &self.loaded.tokenizer;
         let to = [formwork_grammar::tools::CALL_TAG, "<"]
             .iter()
             .find_map(|t| {

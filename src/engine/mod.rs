@@ -512,7 +512,7 @@ impl Engine {
         let mut matcher = Matcher::new(grammar, self.trie.clone());
         let out = decode_masked(
             &mut self.loaded.model,
-            &self.loaded.tokenizer,
+            &*self.loaded.tokenizer,
             &mut matcher,
             sampler,
             logits,
@@ -585,7 +585,7 @@ impl Engine {
             let dopts = self.decode_options(opts, started);
             let out = decode_free(
                 self.loaded.model.as_mut(),
-                &self.loaded.tokenizer,
+                &*self.loaded.tokenizer,
                 &mut sampler,
                 logits,
                 ids.len(),
