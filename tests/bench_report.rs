@@ -296,17 +296,8 @@ fn requests_out_writes_each_record_as_a_request_without_a_model() {
     std::fs::write(dir.join("examples.jsonl"), examples).unwrap();
     let out_path = dir.join("requests.jsonl");
     let missing = dir.join("no-such-model.gguf");
-    let out = Command::new(env!("CARGO_BIN_EXE_formwork"))
-        .env("FORMWORK_HOME", &dir)
-        .args([
-            "bench",
-            "--modes",
-            "masked",
-            "--max-tokens",
-            "300",
-            "--shots",
-            "2",
-        ])
+    let out = bench(&dir)
+        .args(["--modes", "masked", "--max-tokens", "300", "--shots", "2"])
         .arg("--model")
         .arg(&missing)
         .arg("--dataset")

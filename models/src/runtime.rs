@@ -337,7 +337,7 @@ impl TimingCounters {
 pub struct LoadedModel {
     pub model: Box<dyn LanguageModel>,
     /// Shared by every [`LoadedModel::share`]: a 152k-token vocabulary with its merges
-    /// takes over 100 MB, which a copy per batch worker would repeat.
+    /// takes about 60 MB, which a copy per batch worker would repeat.
     pub tokenizer: Arc<crate::tokenizer::GgufTokenizer>,
     /// `general.architecture`: `llama`, `gemma3` or `qwen2`.
     pub arch: String,

@@ -55,7 +55,7 @@ fn loads_with_its_tokenizer_and_metadata() {
 }
 
 /// A share (what each batch worker and server thread gets) has its own KV state but the
-/// same tokenizer, not a copy of it (a 152k vocabulary's is over 50 MB).
+/// same tokenizer, not a copy of it (a 152k vocabulary's is about 60 MB).
 #[test]
 fn a_share_uses_the_same_tokenizer() {
     let Some(m) = model() else { return };

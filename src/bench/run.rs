@@ -96,7 +96,7 @@ fn plan<'a>(
 
 /// The first attempt of every (mode, case) as an OpenAI chat completions request body,
 /// for another server (`formwork bench --requests-out`, `benches/serve_bench.py
-/// --requests`): the messages `Engine::extract` renders (system message in the prompt
+/// --request-file`): the messages `Engine::extract` renders (system message in the prompt
 /// style, the picked examples as earlier turns, the document), greedy or the run's
 /// temperature, `max_tokens`, and for the masked modes the case's schema as a strict
 /// `json_schema` `response_format`. One object per job: `{id, schema_name, mode,
@@ -113,10 +113,7 @@ pub fn requests(
         let messages = crate::engine::extraction_messages(schema, &case.text, opts);
         let mut req = serde_json::json!({
             "model": model,
-            "messages": messages
-                .iter()
-                .map(|m| serde_json::json!({"role": m.role, "content": m.content}))
-                .collect::<Vec<_>>(),
+            "messages": messages,
             "max_tokens": opts.max_tokens,
             "temperature": match opts.sampling {
                 crate::sampling::Sampling::Temperature { temperature, .. } => temperature,
@@ -151,7 +148,7 @@ pub fn run(
     let (mut schemas, jobs) = plan(cases, cfg)?;
     let one = |engine: &mut Engine,
                schemas: &mut BTreeMap<String, Schema>,
-               (mode, case, key, opts): &(BenchMode, &Case, String, ExtractOptions)| {
+               (mode, case, key, opts): &Job| {
         let schema = schemas
             .get_mut(key)
             .expect("every job's schema is in the map");

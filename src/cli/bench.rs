@@ -91,7 +91,7 @@ pub struct BenchArgs {
     /// (`{id, schema_name, mode, request}` per line: the same messages, examples,
     /// schema as a strict `json_schema` response format, `max_tokens` and
     /// temperature), then exit without loading the model: the same job for another
-    /// server (`benches/serve_bench.py --requests`).
+    /// server (`benches/serve_bench.py --request-file`).
     #[arg(long, value_name = "FILE")]
     pub requests_out: Option<PathBuf>,
 }
@@ -217,17 +217,14 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
             .unwrap_or_default(),
     };
     if let Some(path) = &a.requests_out {
+        let lines = bench::requests(&cases, &cfg, &a.model)?;
         let mut text = String::new();
-        for line in bench::requests(&cases, &cfg, &a.model)? {
-            text.push_str(&serde_json::to_string(&line)?);
+        for line in &lines {
+            text.push_str(&serde_json::to_string(line)?);
             text.push('\n');
         }
         std::fs::write(path, text).with_context(|| format!("--requests-out {}", path.display()))?;
-        eprintln!(
-            "{} request(s) written to {}",
-            cases.len() * cfg.modes.len(),
-            path.display()
-        );
+        eprintln!("{} request(s) written to {}", lines.len(), path.display());
         return Ok(ExitCode::SUCCESS);
     }
     let loaded = crate::load_model_with(&a.model, a.load.options()?)?;
