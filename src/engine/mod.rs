@@ -18,8 +18,10 @@ pub mod confidence;
 pub mod dates;
 pub mod decode;
 pub mod ground;
+pub mod pointer;
 pub mod prefix;
 pub mod prompt;
+pub mod schema_hash;
 pub mod source;
 pub mod tools;
 pub mod workers;
@@ -34,11 +36,11 @@ use formwork_grammar::toktrie::TokTrie;
 use formwork_models::runtime::LoadedModel;
 use serde::Serialize;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::sampling::{Sampler, Sampling};
 use crate::validate::{render_pydantic, LineError, Validator, Verdict};
 use decode::{decode_free, decode_masked, DecodeOptions, DecodeOutput, Stop};
+pub use schema_hash::schema_sha256;
 
 /// Masked (the default) or free decoding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -90,8 +92,7 @@ impl Schema {
     /// Build the validator; the grammar is compiled on first masked use.
     pub fn new(value: Value) -> anyhow::Result<Schema> {
         let validator = Validator::new(&value)?;
-        let bytes = serde_json::to_vec(&value)?;
-        let sha256 = hex(&Sha256::digest(&bytes));
+        let sha256 = schema_sha256(&value);
         Ok(Schema {
             value,
             sha256,
@@ -133,10 +134,6 @@ impl Schema {
             None => Ok(shared),
         }
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[derive(Clone, Debug)]

@@ -279,7 +279,7 @@ fn load(cfg: &ServeConfig) -> anyhow::Result<Ready> {
     let min_tokens = formwork_grammar::matcher::Matcher::new(grammar.clone(), trie.clone())
         .min_completion_tokens();
     let any_object = Arc::new(Compiled {
-        sha256: schemas::sha256_hex(&schemas::canonical(&any.value)),
+        sha256: any.sha256.clone(),
         value: any.value.clone(),
         grammar,
         validator: any.validator,

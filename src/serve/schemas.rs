@@ -1,5 +1,6 @@
-//! Compiled schemas, keyed by the sha256 of the canonical schema text (object keys
-//! sorted, no whitespace), so a repeated schema costs one hash. Compilation runs on
+//! Compiled schemas, keyed by the schema's one hash ([`crate::engine::schema_sha256`]:
+//! compact text, keys in the order given, as `extract` reports it), so a repeated schema
+//! costs one hash. Compilation runs on
 //! tokio's blocking pool, never on an engine thread.
 
 use std::collections::HashMap;
@@ -10,9 +11,9 @@ use formwork_grammar::compile::CompileError;
 use formwork_grammar::matcher::{Grammar, Matcher};
 use formwork_grammar::toktrie::TokTrie;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use super::error::{quote, ApiError};
+use crate::engine::schema_hash::{canonical, schema_sha256, sha256_hex};
 use crate::engine::tools::{compile_toolbox, ToolChoice, ToolDef, Toolbox, ToolsError};
 use crate::engine::Schema;
 use crate::validate::Validator;
@@ -33,29 +34,6 @@ pub struct Compiled {
 pub struct SchemaCache {
     map: Mutex<HashMap<String, Arc<Compiled>>>,
     cap: usize,
-}
-
-/// The canonical text: keys sorted at every level, compact.
-pub fn canonical(v: &Value) -> String {
-    fn sort(v: &Value) -> Value {
-        match v {
-            Value::Object(m) => {
-                let mut keys: Vec<&String> = m.keys().collect();
-                keys.sort();
-                Value::Object(keys.into_iter().map(|k| (k.clone(), sort(&m[k]))).collect())
-            }
-            Value::Array(a) => Value::Array(a.iter().map(sort).collect()),
-            other => other.clone(),
-        }
-    }
-    serde_json::to_string(&sort(v)).unwrap_or_default()
-}
-
-pub fn sha256_hex(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 impl SchemaCache {
@@ -87,8 +65,7 @@ impl SchemaCache {
         schema: Value,
         trie: Arc<TokTrie>,
     ) -> Result<(Arc<Compiled>, bool), ApiError> {
-        let text = canonical(&schema);
-        let sha = sha256_hex(&text);
+        let sha = schema_sha256(&schema);
         if let Some(c) = self.get(&sha) {
             metrics::counter!("formwork_schema_cache_hits_total").increment(1);
             return Ok((c, true));
@@ -202,7 +179,7 @@ pub struct CompiledTools {
     pub compile_ms: f64,
 }
 
-/// Compiled tool sets, keyed by the sha256 of the canonical tools, choice, parallel
+/// Compiled tool sets, keyed by the [`schema_sha256`] of the tools, choice, parallel
 /// flag and answer schema: an agent sends the same tools on every turn, so its turns
 /// share one grammar and its masks. At most `cap` entries; starts over when full.
 pub struct ToolCache {
@@ -228,15 +205,16 @@ impl ToolCache {
         answer: Option<(Value, Arc<Validator>)>,
         trie: Arc<TokTrie>,
     ) -> Result<(Arc<CompiledTools>, bool), ApiError> {
+        // Each schema in its canonical form (crate::engine::schema_hash), the rest as is.
         let key = serde_json::json!({
             "tools": tools.iter().map(|t| serde_json::json!({
-                "name": t.name, "parameters": t.parameters,
+                "name": t.name, "parameters": canonical(&t.parameters),
             })).collect::<Vec<_>>(),
             "choice": format!("{choice:?}"),
             "parallel": parallel,
-            "answer": answer.as_ref().map(|(v, _)| v.clone()),
+            "answer": answer.as_ref().map(|(v, _)| canonical(v)),
         });
-        let sha = sha256_hex(&canonical(&key));
+        let sha = sha256_hex(key.to_string().as_bytes());
         if let Some(c) = self.map.lock().ok().and_then(|m| m.get(&sha).cloned()) {
             metrics::counter!("formwork_tools_cache_hits_total").increment(1);
             return Ok((c, true));
