@@ -178,6 +178,41 @@ fn output_records_are_read_back_into_their_keys() {
         key(json!({"id": "line:4", "verdict": "valid"})),
         Some(Key::Id("line:4".into()))
     );
-    assert_eq!(key(json!({"id": 7})), Some(Key::Id("7".into())));
+    assert_eq!(key(json!({"id": 7})), Some(Key::Num("7".into())));
+    assert_eq!(key(json!({"id": "7"})), Some(Key::Id("7".into())));
     assert_eq!(key(json!({"verdict": "error"})), None);
+}
+
+// Ids keep their JSON type: `"1"` and `1` are two records, not a duplicate, and a
+// resume that finished one does not skip the other.
+#[test]
+fn a_string_id_and_a_number_id_that_read_alike_are_two_records() {
+    let input = lines(&[
+        br#"{"id":"1","text":"string"}"#,
+        br#"{"id":1,"text":"number"}"#,
+        br#"{"id":1,"text":"number again"}"#,
+    ]);
+    let items = plan(&input, &HashSet::new());
+    assert_eq!(items[0], record("1", "string"));
+    assert_eq!(
+        items[1],
+        Item::Record {
+            id: json!(1),
+            text: "number".into()
+        }
+    );
+    assert!(
+        matches!(
+            &items[2],
+            Item::Error {
+                duplicate: true,
+                ..
+            }
+        ),
+        "{items:?}"
+    );
+    let done: HashSet<Key> = [Key::of_record(&json!({"id": "1"})).unwrap()].into();
+    let items = plan(&input[..2], &done);
+    assert_eq!(items[0], Item::Done);
+    assert!(matches!(&items[1], Item::Record { .. }), "{items:?}");
 }

@@ -8,19 +8,23 @@ use std::io::BufRead;
 
 use serde_json::{json, Value};
 
-fn id_key(id: &Value) -> String {
+/// The key of an id as the user wrote it: a string and a number are two ids, even
+/// when they read alike (`"1"` and `1`), and a number is known by its text as written.
+fn id_key(id: &Value) -> Key {
     match id {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+        Value::String(s) => Key::Id(s.clone()),
+        other => Key::Num(other.to_string()),
     }
 }
 
-/// What the duplicate check and a resume know a line by: its own `id`, or, for a line
-/// without a usable one, its line number. The two never meet, so no id a user writes
-/// (`"line:5"` included) is taken for a malformed line's.
+/// What the duplicate check and a resume know a line by: its own `id` (a string, or a
+/// number by its JSON text), or, for a line without a usable one, its line number. They
+/// never meet, so no id a user writes (`"line:5"` included) is taken for a malformed
+/// line's, and `"1"` is not `1`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Key {
     Id(String),
+    Num(String),
     Line(usize),
 }
 
@@ -39,7 +43,7 @@ impl Key {
         let line = (record.get("id_from_line") == Some(&Value::Bool(true)))
             .then(|| id.as_str()?.strip_prefix("line:")?.parse().ok())
             .flatten();
-        Some(line.map_or_else(|| Key::Id(id_key(id)), Key::Line))
+        Some(line.map_or_else(|| id_key(id), Key::Line))
     }
 }
 
@@ -136,7 +140,7 @@ pub fn plan(lines: &[Vec<u8>], done: &HashSet<Key>) -> Vec<Item> {
         let lineno = i + 1;
         let parsed = parse_line(line, lineno);
         let (key, id) = match &parsed {
-            Ok((id, _)) | Err((Some(id), _)) => (Key::Id(id_key(id)), id.clone()),
+            Ok((id, _)) | Err((Some(id), _)) => (id_key(id), id.clone()),
             Err((None, _)) => (Key::Line(lineno), line_id(lineno)),
         };
         let from_line = matches!(key, Key::Line(_));
