@@ -122,6 +122,45 @@ fn record_json(id: &Value, ex: &Extraction) -> Value {
     v
 }
 
+/// The id of this run in the log: the start time in milliseconds and the process id,
+/// in hex.
+pub fn run_id() -> String {
+    format!(
+        "{:x}-{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0),
+        std::process::id()
+    )
+}
+
+/// The `--log` line of one record (with `content`, its document and the model output).
+pub fn log_entry(run_id: &str, id: &Value, ex: &Extraction, text: &str, content: bool) -> Value {
+    let mut entry = json!({
+        "run_id": run_id, "record_id": id, "verdict": ex.verdict, "ms": ex.ms,
+        "attempts": ex.attempts, "tokens_prompt": ex.tokens_prompt,
+        "tokens_generated": ex.tokens_generated, "tokens_forced": ex.tokens_forced,
+        "needs_review": ex.needs_review, "mode": ex.mode, "model": ex.model,
+        "schema_sha256": ex.schema_sha256,
+    });
+    if content {
+        entry["document"] = json!(text);
+        entry["output"] = json!(ex.text);
+    }
+    entry
+}
+
+/// Append `v` as one line to the file at `path` (made when missing).
+pub fn append_to(path: &Path, v: &Value) -> anyhow::Result<()> {
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("opening log {}", path.display()))?;
+    append_line(&mut f, v).with_context(|| format!("writing log {}", path.display()))
+}
+
 /// Run a batch. `interrupted` is polled between records (Ctrl-C sets it).
 pub fn run(
     engine: &mut Engine,
@@ -150,14 +189,7 @@ pub fn run(
         ),
         None => None,
     };
-    let run_id = format!(
-        "{:x}-{:x}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis())
-            .unwrap_or(0),
-        std::process::id()
-    );
+    let run_id = run_id();
 
     let items = plan(&lines, &done);
     let mut summary = BatchSummary {
@@ -296,20 +328,7 @@ fn process(
         &picked
     };
     let ex = engine.extract(schema, &text, opts);
-    let log = bopts.log.as_ref().map(|_| {
-        let mut entry = json!({
-            "run_id": run_id, "record_id": id, "verdict": ex.verdict, "ms": ex.ms,
-            "attempts": ex.attempts, "tokens_prompt": ex.tokens_prompt,
-            "tokens_generated": ex.tokens_generated, "tokens_forced": ex.tokens_forced,
-            "needs_review": ex.needs_review, "mode": ex.mode, "model": ex.model,
-            "schema_sha256": ex.schema_sha256,
-        });
-        if bopts.log_content {
-            entry["document"] = json!(text);
-            entry["output"] = json!(ex.text);
-        }
-        entry
-    });
+    let log = (bopts.log.as_ref()).map(|_| log_entry(run_id, &id, &ex, &text, bopts.log_content));
     Done {
         record: record_json(&id, &ex),
         log,

@@ -25,7 +25,8 @@ pub struct ExtractArgs {
     /// Batch input: one `{"id": ..., "text": ...}` per line.
     #[arg(long, requires = "out")]
     pub jsonl: Option<PathBuf>,
-    /// Batch output (appended per record; a rerun skips the ids already there).
+    /// Batch output (appended per record; a rerun skips the ids already there). With
+    /// --input: the file gets what would print to standard output (replaced).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Extra instructions added to the system message.
@@ -66,7 +67,8 @@ pub struct ExtractArgs {
     #[arg(long, value_name = "P", default_value_t = crate::engine::DEFAULT_REVIEW_BELOW,
           value_parser = super::parse_probability)]
     pub review_below: f64,
-    /// Write one JSON line per record (ids, verdicts, timings, token counts).
+    /// Append one JSON line per record (ids, verdicts, timings, token counts); with
+    /// --input, one line whose `record_id` is the input's path.
     #[arg(long)]
     pub log: Option<PathBuf>,
     /// Also log the document text and the model output.
@@ -166,8 +168,28 @@ fn read_input(input: &str) -> anyhow::Result<String> {
     }
 }
 
+/// The flags no parser checks alone, checked before the model loads: what would
+/// otherwise panic (a NaN timeout) or be dropped without a word (a review pointer that
+/// can never fire).
+fn check_flags(a: &ExtractArgs, schema: &serde_json::Value) -> anyhow::Result<Option<Duration>> {
+    let timeout = a
+        .timeout
+        .map(|s| super::seconds("timeout", s))
+        .transpose()?;
+    for f in &a.review_fields {
+        crate::engine::pointer::check(schema, f).map_err(|e| {
+            anyhow::anyhow!("--review-field {f}: {e} in schema {}", a.schema.display())
+        })?;
+    }
+    if a.log_content && a.log.is_none() {
+        anyhow::bail!("--log-content needs --log FILE");
+    }
+    Ok(timeout)
+}
+
 pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
     let mut schema_value = read_schema(&a.schema)?;
+    let timeout = check_flags(&a, &schema_value)?;
     if let Some(m) = a.source_strings {
         schema_value = crate::engine::source::mark_free_text(&schema_value, m);
     }
@@ -221,7 +243,7 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
         sampling: Sampling::from_args(a.temperature, a.top_p),
         seed: a.seed,
         instructions: a.instructions.clone(),
-        timeout: a.timeout.map(Duration::from_secs_f64),
+        timeout,
         jump_forward: !a.no_jump_forward,
         heal_forced: true,
         null_lookahead: a.null_lookahead,
@@ -239,14 +261,22 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
             ..opts
         };
         let ex = engine.extract(&mut schema, &doc, &opts);
+        if let Some(p) = &a.log {
+            let id = serde_json::json!(a.input.as_deref().unwrap_or("-"));
+            let entry = batch::log_entry(&batch::run_id(), &id, &ex, &doc, a.log_content);
+            batch::append_to(p, &entry)?;
+        }
+        // What the command prints: to --out FILE when given (replaced), else stdout.
+        let mut printed = String::new();
         if a.json {
-            println!("{}", serde_json::to_string(&ex)?);
+            printed = serde_json::to_string(&ex)? + "\n";
         } else {
             match ex.verdict {
-                VerdictKind::Valid => println!(
-                    "{}",
-                    serde_json::to_string_pretty(ex.value.as_ref().expect("valid has a value"))?
-                ),
+                VerdictKind::Valid => {
+                    printed =
+                        serde_json::to_string_pretty(ex.value.as_ref().expect("valid has a value"))?
+                            + "\n"
+                }
                 VerdictKind::SchemaInvalid | VerdictKind::SemanticInvalid => {
                     eprintln!(
                         "{}",
@@ -258,6 +288,11 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
             if ex.needs_review {
                 eprintln!("needs review: {}", ex.review_reasons.join("; "));
             }
+        }
+        match &a.out {
+            Some(p) => std::fs::write(p, &printed)
+                .with_context(|| format!("writing --out {}", p.display()))?,
+            None => print!("{printed}"),
         }
         if ex.verdict == VerdictKind::Error {
             anyhow::bail!("{}", ex.message.unwrap_or_default());

@@ -152,6 +152,15 @@ pub fn parse_shots(s: &str) -> Result<ShotsArg, String> {
         .map_err(|_| format!("{s:?} is not a number of examples or `all`"))
 }
 
+/// A flag's number of seconds as a [`std::time::Duration`]: finite, 0 or more (NaN, a
+/// negative number or one past 10^9 s is the flag's one-line error, exit 2).
+pub(crate) fn seconds(flag: &str, s: f64) -> anyhow::Result<std::time::Duration> {
+    if !(s.is_finite() && (0.0..1e9).contains(&s)) {
+        anyhow::bail!("--{flag} {s}: must be a number of seconds, 0 or more");
+    }
+    Ok(std::time::Duration::from_secs_f64(s))
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "formwork",
