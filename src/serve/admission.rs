@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
 use tokio::sync::{mpsc as tmpsc, oneshot, OwnedSemaphorePermit};
 
@@ -19,7 +21,7 @@ use crate::engine::chat::{ChatAnswer, ChatError, ChatOptions};
 use crate::engine::VerdictKind;
 use crate::sampling::Sampling;
 
-pub(super) fn body_error(e: BytesRejection) -> ApiError {
+fn body_error(e: BytesRejection) -> ApiError {
     let status = e.status();
     let mut err = ApiError::for_status(status, "POST", "", 0);
     if status == StatusCode::PAYLOAD_TOO_LARGE {
@@ -28,6 +30,36 @@ pub(super) fn body_error(e: BytesRejection) -> ApiError {
         err.message = format!("Could not read the request body: {e}");
     }
     err
+}
+
+/// The request's body, read within what `--request-timeout` leaves of the request's
+/// time (counted from `received`, when its headers were in): a client that sends half a
+/// body and stalls gets a 408 instead of holding its connection open.
+pub(super) async fn read_body(
+    state: &Shared,
+    http: Request,
+    received: Instant,
+) -> Result<Bytes, ApiError> {
+    let read = Bytes::from_request(http, &());
+    let body = match state.cfg.request_timeout {
+        None => read.await,
+        Some(t) => match tokio::time::timeout_at((received + t).into(), read).await {
+            Ok(b) => b,
+            Err(_) => {
+                metrics::counter!("formwork_rejected_body_timeout_total").increment(1);
+                return Err(ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "invalid_request_error",
+                    "request_timeout",
+                    format!(
+                        "The request body did not arrive within --request-timeout ({} s).",
+                        t.as_secs_f64()
+                    ),
+                ));
+            }
+        },
+    };
+    body.map_err(body_error)
 }
 
 /// A request that has passed every check and holds its admission permit.
@@ -44,16 +76,35 @@ pub(super) struct Admitted {
     pub(super) received: Instant,
 }
 
-/// Everything before the engine: model, format, schema, budget, admission.
+/// Everything before the engine: model, admission, schema, budget. The admission
+/// permit comes first, so that a full queue refuses a request before its schema is
+/// compiled; a schema then waits for a compile slot (schemas.rs) holding the permit.
+/// `budget_param` names the budget's parameter when the request sets none (the
+/// default, [`DEFAULT_MAX_TOKENS`], applies).
 pub(super) async fn admit(
     state: &Shared,
     req: ChatRequest,
     received: Instant,
+    budget_param: &'static str,
 ) -> Result<Admitted, ApiError> {
     let ready = state.ready.get().ok_or_else(loading)?;
     if req.model != ready.model_id {
         return Err(model_not_found(&req.model));
     }
+    let permit = state.permits.clone().try_acquire_owned().map_err(|_| {
+        metrics::counter!("formwork_rejected_queue_full_total").increment(1);
+        ApiError::unavailable(
+            "queue_full",
+            format!(
+                "The server is busy: {} running and {} waiting, the most it takes (--parallel {}, --max-queue {}); retry later.",
+                state.cfg.parallel.max(1),
+                state.cfg.max_queue,
+                state.cfg.parallel.max(1),
+                state.cfg.max_queue
+            ),
+            1,
+        )
+    })?;
     let (schema, cache_hit, compile_ms) = match &req.format {
         Format::Text => (None, None, 0.0),
         Format::JsonObject => (Some(ready.any_object.clone()), Some(true), 0.0),
@@ -84,44 +135,25 @@ pub(super) async fn admit(
             .await?;
         Some(t)
     };
-    if let (Some(t), Some((n, param))) = (&tools, req.max_tokens) {
-        if n < t.min_tokens {
-            return Err(ApiError::bad(
-                "max_tokens_too_small",
-                param,
-                format!(
-                    "'{param}' is {n}, but the shortest turn valid under tools and tool_choice takes {} tokens; give at least {}.",
-                    t.min_tokens, t.min_tokens
-                ),
-            ));
-        }
+    // The budget the run will have: the request's, or the default.
+    let (n, param) = req.max_tokens.unwrap_or((DEFAULT_MAX_TOKENS, budget_param));
+    let given = if req.max_tokens.is_some() {
+        format!("'{param}' is {n}")
+    } else {
+        format!("'{param}' is not set, so the default of {n} applies")
+    };
+    let shortest = match (&tools, &schema) {
+        (Some(t), _) => Some((t.min_tokens, "turn valid under tools and tool_choice")),
+        (None, Some(c)) => Some((c.min_tokens, "answer valid under response_format")),
+        (None, None) => None,
+    };
+    if let Some((min, what)) = shortest.filter(|&(min, _)| n < min) {
+        return Err(ApiError::bad(
+            "max_tokens_too_small",
+            param,
+            format!("{given}, but the shortest {what} takes {min} tokens; give at least {min}."),
+        ));
     }
-    if let (Some(c), Some((n, param)), None) = (&schema, req.max_tokens, &tools) {
-        if n < c.min_tokens {
-            return Err(ApiError::bad(
-                "max_tokens_too_small",
-                param,
-                format!(
-                    "'{param}' is {n}, but the shortest answer valid under response_format takes {} tokens; give at least {}.",
-                    c.min_tokens, c.min_tokens
-                ),
-            ));
-        }
-    }
-    let permit = state.permits.clone().try_acquire_owned().map_err(|_| {
-        metrics::counter!("formwork_rejected_queue_full_total").increment(1);
-        ApiError::unavailable(
-            "queue_full",
-            format!(
-                "The server is busy: {} running and {} waiting, the most it takes (--parallel {}, --max-queue {}); retry later.",
-                state.cfg.parallel.max(1),
-                state.cfg.max_queue,
-                state.cfg.parallel.max(1),
-                state.cfg.max_queue
-            ),
-            1,
-        )
-    })?;
     Ok(Admitted {
         model_id: ready.model_id.clone(),
         context: ready.context,

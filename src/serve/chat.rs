@@ -2,16 +2,14 @@
 
 use std::time::Instant;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use serde_json::{json, Value};
 use tokio::sync::mpsc as tmpsc;
 
-use super::admission::{admit, answer_or_error, body_error, submit, Admitted, CancelOnDrop};
+use super::admission::{admit, answer_or_error, read_body, submit, Admitted, CancelOnDrop};
 use super::answer::{
     call_id, finish_reason, formwork_object, log_info, record_tokens, relay, usage,
 };
@@ -47,12 +45,12 @@ pub(super) fn chat_message(ans: &ChatAnswer, rid: &str) -> Value {
 pub(super) async fn chat_completions(
     State(state): State<Shared>,
     Extension(RequestId(rid)): Extension<RequestId>,
-    body: Result<Bytes, BytesRejection>,
+    http: Request,
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
-    let body = body.map_err(body_error)?;
+    let body = read_body(&state, http, received).await?;
     let req = request::chat(&body)?;
-    let a = admit(&state, req, received).await?;
+    let a = admit(&state, req, received, "max_completion_tokens").await?;
     if a.req.stream {
         return stream(state, a, rid).await;
     }

@@ -3,14 +3,18 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use serde_json::json;
 use tokio::sync::{oneshot, Semaphore};
 
-use super::routes::router;
-use super::schemas::{SchemaCache, ToolCache};
+use super::routes::{router, test_hooks_enabled};
+use super::schemas::{Compiler, SchemaCache, ToolCache};
 use super::{load, log_event, unix_now, AppState, ServeConfig, Shared, LATENCY_BUCKETS_S};
 
 pub(super) async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
@@ -27,6 +31,9 @@ pub(super) async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     let local = listener.local_addr()?;
+    if !local.ip().is_loopback() && cfg.api_key.is_none() {
+        eprintln!("{}", public_warning(local));
+    }
     let log: Box<dyn Write + Send> = match &cfg.log {
         Some(p) => Box::new(
             std::fs::OpenOptions::new()
@@ -44,14 +51,15 @@ pub(super) async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("metrics buckets: {e}"))?
         .install_recorder()
         .map_err(|e| anyhow::anyhow!("metrics recorder: {e}"))?;
+    let compiler = Arc::new(Compiler::new(cfg.compile_slots));
     let state: Shared = Arc::new(AppState {
         permits: Arc::new(Semaphore::new(cfg.parallel.max(1) + cfg.max_queue)),
-        cache: Arc::new(SchemaCache::new(256)),
-        tools: Arc::new(ToolCache::new(256)),
+        cache: Arc::new(SchemaCache::new(256, compiler.clone())),
+        tools: Arc::new(ToolCache::new(256, compiler)),
         ready: OnceLock::new(),
         log: Mutex::new(log),
         metrics,
-        test_hooks: std::env::var("FORMWORK_SERVE_TEST_HOOKS").as_deref() == Ok("1"),
+        test_hooks: test_hooks_enabled(std::env::var("FORMWORK_SERVE_TEST_HOOKS").ok().as_deref()),
         created: unix_now(),
         cfg: cfg.clone(),
     });
@@ -81,14 +89,11 @@ pub(super) async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
     }
 
     let app = router(state.clone());
-    let shutting_down = Arc::new(AtomicBool::new(false));
     let (tx_signal, rx_signal) = oneshot::channel::<()>();
     {
-        let flag = shutting_down.clone();
         let state = state.clone();
         tokio::spawn(async move {
             shutdown_signal().await;
-            flag.store(true, Ordering::SeqCst);
             log_event(
                 &state,
                 json!({"event": "shutdown", "grace_s": state.cfg.grace.as_secs_f64()}),
@@ -96,28 +101,53 @@ pub(super) async fn serve(cfg: ServeConfig) -> anyhow::Result<()> {
             let _ = tx_signal.send(());
         });
     }
-    let (tx_grace, rx_grace) = oneshot::channel::<()>();
-    let server = axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
-        let _ = rx_signal.await;
-        let _ = tx_grace.send(());
-    });
-    let server = std::future::IntoFuture::into_future(server);
-    let grace = cfg.grace;
+    // hyper's HTTP/1 connections, not axum::serve: it has no header-read timeout.
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(cfg.header_timeout);
+    let graceful = GracefulShutdown::new();
+    let mut signal = std::pin::pin!(rx_signal);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _peer)) => stream,
+                    Err(e) => {
+                        // Out of file descriptors, or the peer gave up before accept:
+                        // wait a moment rather than spin.
+                        log_event(&state, json!({"event": "accept_failed", "error": e.to_string()}));
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    // A client that broke off, or sent its headers too slowly: the
+                    // connection is closed, nothing to answer.
+                    let _ = conn.await;
+                });
+            }
+            _ = &mut signal => break,
+        }
+    }
+    // No new connections; the open ones end after their running requests.
+    drop(listener);
     tokio::select! {
-        r = server => r.map_err(|e| anyhow::anyhow!("server: {e}"))?,
-        _ = async {
-            let _ = rx_grace.await;
-            tokio::time::sleep(grace).await;
-        } => {
+        _ = graceful.shutdown() => {}
+        _ = tokio::time::sleep(cfg.grace) => {
             log_event(&state, json!({"event": "grace_expired"}));
         }
     }
     log_event(&state, json!({"event": "stopped"}));
     Ok(())
+}
+
+/// The one line on stderr when the server listens beyond loopback with no API key.
+pub(super) fn public_warning(addr: SocketAddr) -> String {
+    format!(
+        "warning: listening on {addr}, beyond loopback, without --api-key: anyone who can reach it can use the model"
+    )
 }
 
 pub(super) async fn shutdown_signal() {

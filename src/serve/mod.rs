@@ -25,11 +25,12 @@ pub mod pool;
 pub mod request;
 mod responses;
 mod routes;
+pub use routes::{OPEN_ROUTES, ROUTES, TEST_ROUTES};
 pub mod schemas;
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use formwork_grammar::toktrie::TokTrie;
@@ -63,7 +64,14 @@ pub struct ServeConfig {
     pub max_queue: usize,
     pub api_key: Option<String>,
     pub max_body_bytes: usize,
+    /// From a request's arrival (its headers read) to its answer, the body's upload,
+    /// the queue and the compile included; None: no limit.
     pub request_timeout: Option<Duration>,
+    /// From a connection's first byte of a request (or the end of the one before) to
+    /// the end of its headers; None: no limit.
+    pub header_timeout: Option<Duration>,
+    /// Schemas compiled at once (the compile semaphore before the blocking pool).
+    pub compile_slots: usize,
     pub log: Option<PathBuf>,
     /// How long running requests may go on after SIGINT/SIGTERM.
     pub grace: Duration,
@@ -122,8 +130,47 @@ fn new_request_id() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
+/// The largest `--max-queue`: a queue this long already holds more requests than a
+/// server answers in hours, and the admission semaphore cannot count much further.
+pub const MAX_QUEUE: usize = 1_000_000;
+
+impl ServeConfig {
+    /// The configuration's own limits, checked before anything starts.
+    pub fn check(&self) -> anyhow::Result<()> {
+        if self.max_queue > MAX_QUEUE {
+            anyhow::bail!("--max-queue {}: at most {MAX_QUEUE}", self.max_queue);
+        }
+        if self.compile_slots == 0 {
+            anyhow::bail!("--compile-slots 0: at least 1");
+        }
+        Ok(())
+    }
+}
+
+/// The lock, also when a thread panicked holding it: every value the server keeps
+/// behind a lock (a cache map, the log, the job queue) is whole between statements,
+/// so a panic leaves nothing half-written, and one panic must not fail every later
+/// request.
+pub(crate) fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Test hook: poisons `m` (a thread panics holding it).
+#[cfg(debug_assertions)]
+pub(crate) fn poison<T: ?Sized + Send>(m: &Mutex<T>) {
+    std::thread::scope(|s| {
+        let _ = s
+            .spawn(|| {
+                let _held = m.lock();
+                panic!("test hook: a panic holding a lock");
+            })
+            .join();
+    });
+}
+
 /// Run the server until SIGINT/SIGTERM and the grace period after it.
 pub fn run(cfg: ServeConfig) -> anyhow::Result<()> {
+    cfg.check()?;
     formwork_models::runtime::configure_threads(None);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -171,10 +218,9 @@ fn log_event(state: &AppState, mut v: Value) {
         out.extend(std::mem::take(m));
         v = Value::Object(out);
     }
-    if let Ok(mut w) = state.log.lock() {
-        let mut line = serde_json::to_vec(&v).unwrap_or_default();
-        line.push(b'\n');
-        let _ = w.write_all(&line);
-        let _ = w.flush();
-    }
+    let mut w = lock(&state.log);
+    let mut line = serde_json::to_vec(&v).unwrap_or_default();
+    line.push(b'\n');
+    let _ = w.write_all(&line);
+    let _ = w.flush();
 }

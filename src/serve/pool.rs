@@ -20,6 +20,7 @@ use std::time::Instant;
 use formwork_models::chat::ChatMessage;
 use tokio::sync::{mpsc as tmpsc, oneshot};
 
+use super::lock;
 use super::schemas::{Compiled, CompiledTools};
 use crate::engine::chat::{ChatAnswer, ChatError, ChatOptions, Constraint};
 use crate::engine::decode::Watch;
@@ -74,10 +75,7 @@ impl Pool {
             let base = base.clone();
             let running = running.clone();
             let group = group.clone();
-            let engine = match base.lock() {
-                Ok(b) => b.share(),
-                Err(_) => continue,
-            };
+            let engine = lock(&base).share();
             let _ = std::thread::Builder::new()
                 .name(format!("formwork-engine-{i}"))
                 .spawn(move || worker(engine, base, rx, running, group));
@@ -89,10 +87,13 @@ impl Pool {
     }
 
     pub fn submit(&self, job: Job) -> Result<(), Job> {
-        match self.tx.lock() {
-            Ok(tx) => tx.send(job).map_err(|e| e.0),
-            Err(_) => Err(job),
-        }
+        lock(&self.tx).send(job).map_err(|e| e.0)
+    }
+
+    /// Test hook: poisons the queue's lock.
+    #[cfg(debug_assertions)]
+    pub fn poison(&self) {
+        super::poison(&self.tx);
     }
 }
 
@@ -105,7 +106,7 @@ fn worker(
 ) {
     loop {
         let job = {
-            let Ok(guard) = rx.lock() else { return };
+            let guard = lock(&rx);
             match guard.recv() {
                 Ok(j) => j,
                 Err(_) => return,
@@ -153,9 +154,7 @@ fn worker(
             Err(p) => {
                 let msg = panic_message(p.as_ref());
                 // The engine may be half-way through a step: start from a fresh one.
-                if let Ok(b) = base.lock() {
-                    engine = b.share();
-                }
+                engine = lock(&base).share();
                 Err(JobError::Panic(msg))
             }
         };
@@ -182,7 +181,7 @@ fn watch(cancel: Arc<AtomicBool>, deltas: Option<tmpsc::UnboundedSender<String>>
             cancel.store(true, Ordering::SeqCst);
             return false;
         }
-        let Ok(mut n) = sent.lock() else { return true };
+        let mut n = lock(&sent);
         if bytes.len() > *n {
             let fresh = &bytes[*n..];
             let whole = match std::str::from_utf8(fresh) {

@@ -3,16 +3,14 @@
 
 use std::time::Instant;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use serde_json::{json, Value};
 use tokio::sync::mpsc as tmpsc;
 
-use super::admission::{admit, answer_or_error, body_error, submit, Admitted, CancelOnDrop};
+use super::admission::{admit, answer_or_error, read_body, submit, Admitted, CancelOnDrop};
 use super::answer::{call_id, finish_reason, formwork_object, log_info, record_tokens, relay};
 use super::error::ApiError;
 use super::request::{self, ChatRequest, Format};
@@ -26,13 +24,13 @@ use crate::engine::tools::{TurnEvent, TurnStream};
 pub(super) async fn responses(
     State(state): State<Shared>,
     Extension(RequestId(rid)): Extension<RequestId>,
-    body: Result<Bytes, BytesRejection>,
+    http: Request,
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
-    let body = body.map_err(body_error)?;
+    let body = read_body(&state, http, received).await?;
     let req = request::responses(&body)?;
     let echo = ResponseEcho::of(&req);
-    let a = admit(&state, req, received).await?;
+    let a = admit(&state, req, received, "max_output_tokens").await?;
     if a.req.stream {
         return responses_stream(state, a, rid, echo).await;
     }

@@ -8,7 +8,7 @@ use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, MethodRouter};
 use axum::Router;
 use serde_json::{json, Value};
 
@@ -17,17 +17,81 @@ use super::error::{self, ApiError, Shaped};
 use super::responses::responses;
 use super::{log_event, new_request_id, AppState, LogInfo, RequestId, Shared};
 
+/// Every route the server answers, `(method, path)`: the router is built from this
+/// list, and the tests walk it. With `--api-key`, each needs the key but those in
+/// [`OPEN_ROUTES`].
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/health"),
+    ("GET", "/metrics"),
+    ("GET", "/openapi.json"),
+    ("GET", "/v1/models"),
+    ("GET", "/v1/models/{id}"),
+    ("POST", "/v1/chat/completions"),
+    ("POST", "/v1/responses"),
+];
+
+/// The routes open without the API key: `/health`, so that a supervisor's probe needs
+/// no secret (it tells only "loading" or "ok" and the request counts).
+pub const OPEN_ROUTES: &[&str] = &["/health"];
+
+/// The test hooks' routes (debug builds with `FORMWORK_SERVE_TEST_HOOKS=1` only,
+/// [`test_hooks_enabled`]): a panic in a handler, and a panic while holding each of the
+/// server's locks.
+pub const TEST_ROUTES: &[(&str, &str)] = &[("POST", "/__test/panic"), ("POST", "/__test/poison")];
+
+/// Whether the test hooks are on: in debug builds (the tests'), when the variable
+/// `FORMWORK_SERVE_TEST_HOOKS` is `1`; never in a release build.
+pub(super) fn test_hooks_enabled(var: Option<&str>) -> bool {
+    cfg!(debug_assertions) && var == Some("1")
+}
+
+/// The handler of a route of [`ROUTES`] or [`TEST_ROUTES`].
+fn handler(method: &str, path: &str) -> MethodRouter<Shared> {
+    match (method, path) {
+        ("GET", "/health") => get(health),
+        ("GET", "/metrics") => get(metrics_text),
+        ("GET", "/openapi.json") => get(openapi),
+        ("GET", "/v1/models") => get(models),
+        ("GET", "/v1/models/{id}") => get(model_by_id),
+        ("POST", "/v1/chat/completions") => post(chat_completions),
+        ("POST", "/v1/responses") => post(responses),
+        #[cfg(debug_assertions)]
+        ("POST", "/__test/panic") => post(test_panic),
+        #[cfg(debug_assertions)]
+        ("POST", "/__test/poison") => post(test_poison),
+        _ => unreachable!("{method} {path} is listed without a handler"),
+    }
+}
+
+/// The route pattern `path` falls under, for the metrics' `route` label: one of
+/// [`ROUTES`], or `other`.
+fn route_label(path: &str) -> &'static str {
+    let fits = |pattern: &str| {
+        let (mut p, mut q) = (pattern.split('/'), path.split('/'));
+        loop {
+            match (p.next(), q.next()) {
+                (None, None) => return true,
+                (Some(a), Some(b)) if a == b || (a.starts_with('{') && !b.is_empty()) => {}
+                _ => return false,
+            }
+        }
+    };
+    ROUTES
+        .iter()
+        .map(|&(_, p)| p)
+        .find(|p| fits(p))
+        .unwrap_or("other")
+}
+
 pub(super) fn router(state: Shared) -> Router {
-    let mut r = Router::new()
-        .route("/health", get(health))
-        .route("/metrics", get(metrics_text))
-        .route("/openapi.json", get(openapi))
-        .route("/v1/models", get(models))
-        .route("/v1/models/{id}", get(model_by_id))
-        .route("/v1/chat/completions", post(chat_completions))
-        .route("/v1/responses", post(responses));
+    let mut r = ROUTES
+        .iter()
+        .fold(Router::new(), |r, &(m, p)| r.route(p, handler(m, p)));
     if state.test_hooks {
-        r = r.route("/__test/panic", post(test_panic));
+        // Never in a release build: test_hooks_enabled is false there.
+        r = TEST_ROUTES
+            .iter()
+            .fold(r, |r, &(m, p)| r.route(p, handler(m, p)));
     }
     r.fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -74,17 +138,8 @@ pub(super) async fn frame(State(state): State<Shared>, mut req: Request, next: N
         .cloned()
         .unwrap_or_default();
     let ms = started.elapsed().as_secs_f64() * 1000.0;
-    let route = match path.as_str() {
-        "/health"
-        | "/metrics"
-        | "/openapi.json"
-        | "/v1/models"
-        | "/v1/chat/completions"
-        | "/v1/responses" => path.clone(),
-        p if p.starts_with("/v1/models/") => "/v1/models/{id}".into(),
-        _ => "other".into(),
-    };
-    metrics::counter!("formwork_http_requests_total", "route" => route.clone(), "status" => status.as_u16().to_string())
+    let route = route_label(&path);
+    metrics::counter!("formwork_http_requests_total", "route" => route, "status" => status.as_u16().to_string())
         .increment(1);
     metrics::histogram!("formwork_http_request_duration_seconds", "route" => route)
         .record(ms / 1000.0);
@@ -116,7 +171,7 @@ pub(super) fn authorize(state: &AppState, req: &Request) -> Result<(), ApiError>
     let Some(key) = &state.cfg.api_key else {
         return Ok(());
     };
-    if req.uri().path() == "/health" {
+    if OPEN_ROUTES.contains(&req.uri().path()) {
         return Ok(());
     }
     let given = req
@@ -164,8 +219,24 @@ pub(super) async fn method_not_allowed(req: Request) -> ApiError {
     )
 }
 
-pub(super) async fn test_panic() -> Response {
+#[cfg(debug_assertions)]
+async fn test_panic() -> Response {
     panic!("test hook: a panic inside a handler");
+}
+
+/// Test hook: a panic on another thread while it holds each of the server's locks
+/// (the schema and tool caches, the log, the job queue), so that every one of them
+/// is poisoned; the server must serve on as before.
+#[cfg(debug_assertions)]
+async fn test_poison(State(state): State<Shared>) -> Response {
+    use super::poison;
+    poison(&state.log);
+    state.cache.poison();
+    state.tools.poison();
+    if let Some(r) = state.ready.get() {
+        r.pool.poison();
+    }
+    axum::Json(json!({"poisoned": ["log", "schemas", "tools", "queue"]})).into_response()
 }
 
 pub(super) fn loading() -> ApiError {
@@ -254,4 +325,40 @@ pub(super) async fn model_by_id(
         return Err(model_not_found(&id));
     }
     Ok(axum::Json(model_object(&state, &r.model_id)).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_route_has_a_handler() {
+        for &(m, p) in ROUTES {
+            let _ = handler(m, p);
+        }
+        #[cfg(debug_assertions)]
+        for &(m, p) in TEST_ROUTES {
+            let _ = handler(m, p);
+        }
+    }
+
+    /// Run with `cargo test --release` too: there the hooks must be off whatever the
+    /// variable says.
+    #[test]
+    fn test_hooks_exist_only_in_debug_builds() {
+        assert_eq!(test_hooks_enabled(Some("1")), cfg!(debug_assertions));
+        assert!(!test_hooks_enabled(None));
+        assert!(!test_hooks_enabled(Some("0")));
+        assert!(!test_hooks_enabled(Some("true")));
+    }
+
+    #[test]
+    fn metrics_labels_are_route_patterns() {
+        assert_eq!(route_label("/v1/models/smollm2-135m"), "/v1/models/{id}");
+        assert_eq!(route_label("/v1/models"), "/v1/models");
+        assert_eq!(route_label("/v1/models/a/b"), "other");
+        assert_eq!(route_label("/v1/models/"), "other");
+        assert_eq!(route_label("/health"), "/health");
+        assert_eq!(route_label("/nothing"), "other");
+    }
 }

@@ -6,6 +6,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use tokio::sync::Semaphore;
+
 use formwork_grammar::compile::CompileError;
 use formwork_grammar::matcher::{Grammar, Matcher};
 use formwork_grammar::toktrie::TokTrie;
@@ -13,6 +15,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::error::{quote, ApiError};
+use super::lock;
 use crate::engine::tools::{compile_toolbox, ToolChoice, ToolDef, Toolbox, ToolsError};
 use crate::engine::Schema;
 use crate::validate::Validator;
@@ -33,6 +36,43 @@ pub struct Compiled {
 pub struct SchemaCache {
     map: Mutex<HashMap<String, Arc<Compiled>>>,
     cap: usize,
+    compiler: Arc<Compiler>,
+}
+
+/// The compile semaphore before tokio's blocking pool: at most `--compile-slots`
+/// schemas (or tool sets) compile at once, however many requests bring new ones. A
+/// request waits for a slot holding its admission permit, so a full queue refuses a
+/// new schema before anything compiles it.
+pub struct Compiler {
+    slots: Arc<Semaphore>,
+}
+
+impl Compiler {
+    pub fn new(slots: usize) -> Compiler {
+        Compiler {
+            slots: Arc::new(Semaphore::new(slots.max(1))),
+        }
+    }
+
+    /// Runs `f` on the blocking pool once a slot is free. The slot is held until `f`
+    /// returns, also when the caller has gone (a compile cannot be stopped half-way).
+    /// Counts each compile in `formwork_schema_compiles_total`.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        what: &str,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let slot = self.slots.clone().acquire_owned().await.map_err(|e| {
+            ApiError::internal(format!("the {what} compiler's semaphore is closed: {e}"))
+        })?;
+        tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            metrics::counter!("formwork_schema_compiles_total").increment(1);
+            f()
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("the {what} compiler failed: {e}")))
+    }
 }
 
 /// The canonical text: keys sorted at every level, compact.
@@ -59,24 +99,30 @@ pub fn sha256_hex(text: &str) -> String {
 }
 
 impl SchemaCache {
-    pub fn new(cap: usize) -> SchemaCache {
+    pub fn new(cap: usize, compiler: Arc<Compiler>) -> SchemaCache {
         SchemaCache {
             map: Mutex::new(HashMap::new()),
             cap: cap.max(1),
+            compiler,
         }
     }
 
     fn get(&self, sha: &str) -> Option<Arc<Compiled>> {
-        self.map.lock().ok()?.get(sha).cloned()
+        lock(&self.map).get(sha).cloned()
     }
 
     fn put(&self, c: Arc<Compiled>) {
-        if let Ok(mut m) = self.map.lock() {
-            if m.len() >= self.cap {
-                m.clear();
-            }
-            m.insert(c.sha256.clone(), c);
+        let mut m = lock(&self.map);
+        if m.len() >= self.cap {
+            m.clear();
         }
+        m.insert(c.sha256.clone(), c);
+    }
+
+    /// Test hook: poisons the map's lock.
+    #[cfg(debug_assertions)]
+    pub fn poison(&self) {
+        super::poison(&self.map);
     }
 
     /// The compiled schema and whether it came from the cache. `name` is the
@@ -96,9 +142,10 @@ impl SchemaCache {
         metrics::counter!("formwork_schema_cache_misses_total").increment(1);
         let name = name.to_string();
         let sha2 = sha.clone();
-        let compiled = tokio::task::spawn_blocking(move || compile(&name, schema, sha2, &trie))
-            .await
-            .map_err(|e| ApiError::internal(format!("the schema compiler failed: {e}")))??;
+        let compiled = self
+            .compiler
+            .run("schema", move || compile(&name, schema, sha2, &trie))
+            .await??;
         let c = Arc::new(compiled);
         self.put(c.clone());
         Ok((c, false))
@@ -208,14 +255,22 @@ pub struct CompiledTools {
 pub struct ToolCache {
     map: Mutex<HashMap<String, Arc<CompiledTools>>>,
     cap: usize,
+    compiler: Arc<Compiler>,
 }
 
 impl ToolCache {
-    pub fn new(cap: usize) -> ToolCache {
+    pub fn new(cap: usize, compiler: Arc<Compiler>) -> ToolCache {
         ToolCache {
             map: Mutex::new(HashMap::new()),
             cap: cap.max(1),
+            compiler,
         }
+    }
+
+    /// Test hook: poisons the map's lock.
+    #[cfg(debug_assertions)]
+    pub fn poison(&self) {
+        super::poison(&self.map);
     }
 
     /// The compiled tools and whether they came from the cache. `answer` is the
@@ -237,7 +292,7 @@ impl ToolCache {
             "answer": answer.as_ref().map(|(v, _)| v.clone()),
         });
         let sha = sha256_hex(&canonical(&key));
-        if let Some(c) = self.map.lock().ok().and_then(|m| m.get(&sha).cloned()) {
+        if let Some(c) = lock(&self.map).get(&sha).cloned() {
             metrics::counter!("formwork_tools_cache_hits_total").increment(1);
             return Ok((c, true));
         }
@@ -245,40 +300,40 @@ impl ToolCache {
         let tools = tools.to_vec();
         let choice = choice.clone();
         let sha2 = sha.clone();
-        let compiled = tokio::task::spawn_blocking(move || {
-            let started = Instant::now();
-            let toolbox = compile_toolbox(
-                &tools,
-                &choice,
-                parallel,
-                answer.as_ref().map(|(v, val)| (v, val.clone())),
-            )
-            .map_err(|e| tools_error(&tools, e))?;
-            let min_tokens =
-                Matcher::new(toolbox.grammar.clone(), trie.clone()).min_completion_tokens();
-            if min_tokens >= (u32::MAX / 2) as usize {
-                return Err(ApiError::bad(
-                    "invalid_function_parameters",
-                    "tools",
-                    "The model's vocabulary cannot spell every valid call of these tools.",
-                ));
-            }
-            Ok(CompiledTools {
-                sha256: sha2,
-                toolbox,
-                min_tokens,
-                compile_ms: started.elapsed().as_secs_f64() * 1000.0,
+        let compiled = self
+            .compiler
+            .run("tool", move || {
+                let started = Instant::now();
+                let toolbox = compile_toolbox(
+                    &tools,
+                    &choice,
+                    parallel,
+                    answer.as_ref().map(|(v, val)| (v, val.clone())),
+                )
+                .map_err(|e| tools_error(&tools, e))?;
+                let min_tokens =
+                    Matcher::new(toolbox.grammar.clone(), trie.clone()).min_completion_tokens();
+                if min_tokens >= (u32::MAX / 2) as usize {
+                    return Err(ApiError::bad(
+                        "invalid_function_parameters",
+                        "tools",
+                        "The model's vocabulary cannot spell every valid call of these tools.",
+                    ));
+                }
+                Ok(CompiledTools {
+                    sha256: sha2,
+                    toolbox,
+                    min_tokens,
+                    compile_ms: started.elapsed().as_secs_f64() * 1000.0,
+                })
             })
-        })
-        .await
-        .map_err(|e| ApiError::internal(format!("the tool compiler failed: {e}")))??;
+            .await??;
         let c = Arc::new(compiled);
-        if let Ok(mut m) = self.map.lock() {
-            if m.len() >= self.cap {
-                m.clear();
-            }
-            m.insert(sha, c.clone());
+        let mut m = lock(&self.map);
+        if m.len() >= self.cap {
+            m.clear();
         }
+        m.insert(sha, c.clone());
         Ok((c, false))
     }
 }
