@@ -375,3 +375,87 @@ fn tools_error(tools: &[ToolDef], e: ToolsError) -> ApiError {
         ToolsError::Turn(t) => ApiError::bad_param("tools", format!("Invalid 'tools': {t}.")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Condvar;
+    use std::time::Duration;
+
+    /// Eight compiles on two slots: two run, the six others wait for a slot (not for
+    /// a blocking thread: the pool has sixteen), and all eight finish.
+    #[test]
+    fn at_most_compile_slots_compiles_run_at_once() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .max_blocking_threads(16)
+            .enable_all()
+            .build()
+            .unwrap();
+        let compiler = Arc::new(Compiler::new(2));
+        let running = Arc::new(AtomicUsize::new(0));
+        let peak = Arc::new(AtomicUsize::new(0));
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let (c, running, peak, gate) =
+                    (compiler.clone(), running.clone(), peak.clone(), gate.clone());
+                rt.spawn(async move {
+                    c.run("schema", move || {
+                        let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                        peak.fetch_max(now, Ordering::SeqCst);
+                        let (open, cv) = &*gate;
+                        let mut o = lock(open);
+                        while !*o {
+                            o = cv.wait(o).unwrap_or_else(|e| e.into_inner());
+                        }
+                        running.fetch_sub(1, Ordering::SeqCst);
+                    })
+                    .await
+                })
+            })
+            .collect();
+        let mut waited = 0;
+        while running.load(Ordering::SeqCst) < 2 {
+            assert!(waited < 1000, "the first two compiles never started");
+            std::thread::sleep(Duration::from_millis(10));
+            waited += 1;
+        }
+        // Room for a third to start, were the slots not kept.
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(running.load(Ordering::SeqCst), 2);
+        *lock(&gate.0) = true;
+        gate.1.notify_all();
+        let done = rt.block_on(async {
+            let mut n = 0;
+            for t in tasks {
+                t.await.unwrap().unwrap();
+                n += 1;
+            }
+            n
+        });
+        assert_eq!((done, peak.load(Ordering::SeqCst)), (8, 2));
+    }
+
+    /// A panic while a cache's lock is held poisons it; the cache goes on working
+    /// (a hit after a put), instead of missing for ever.
+    #[test]
+    fn a_poisoned_cache_lock_recovers() {
+        let cache = SchemaCache::new(4, Arc::new(Compiler::new(1)));
+        cache.poison();
+        assert!(cache.map.lock().is_err(), "the hook did not poison the lock");
+        let value = serde_json::json!({"type": "object"});
+        let mut schema = Schema::new(value.clone()).unwrap();
+        let grammar = schema.grammar().unwrap();
+        cache.put(Arc::new(Compiled {
+            sha256: "s".into(),
+            value,
+            grammar,
+            validator: schema.validator,
+            min_tokens: 2,
+            compile_ms: 0.0,
+        }));
+        assert_eq!(cache.get("s").map(|c| c.min_tokens), Some(2));
+    }
+}
