@@ -7,7 +7,13 @@ use std::process::{Command, Output};
 
 fn serve(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_formwork"))
-        .args(["serve", "--port", "0", "--model", "/nonexistent/formwork-test.gguf"])
+        .args([
+            "serve",
+            "--port",
+            "0",
+            "--model",
+            "/nonexistent/formwork-test.gguf",
+        ])
         .args(args)
         .env_remove("FORMWORK_API_KEY")
         .env("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0")
@@ -37,7 +43,10 @@ fn a_huge_max_queue_is_refused_at_start_up() {
 #[test]
 fn zero_compile_slots_and_negative_timeouts_are_refused() {
     for (args, line) in [
-        (&["--compile-slots", "0"][..], "error: --compile-slots 0: at least 1"),
+        (
+            &["--compile-slots", "0"][..],
+            "error: --compile-slots 0: at least 1",
+        ),
         (
             &["--header-timeout=-1"][..],
             "error: --header-timeout -1: must be a number of seconds, 0 or more",
