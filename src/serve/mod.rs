@@ -2,13 +2,15 @@
 //! module knows HTTP (tokio, axum, tower-http, the `metrics` crates).
 //!
 //! ```text
-//! connection (listen.rs) ─▶ frame (routes.rs: request id, API key, error shape,
-//!   JSON-lines log, metrics) ─▶ handler (chat.rs, responses.rs): parse (request.rs)
-//!   ─▶ admission (admission.rs): schema: cache hit, or compile on the blocking
-//!      pool (schemas.rs) ─▶ budget check ─▶ admission (a semaphore of
-//!      --parallel + --max-queue permits, else 503) ─▶ job queue ─▶ engine thread
-//!      (pool.rs, Engine::chat) ─▶ JSON response, or SSE chunks as the text grows
-//!      (answer.rs, and each shape's file)
+//! connection (listen.rs: hyper, --header-timeout) ─▶ frame (routes.rs: request id,
+//!   API key, error shape, JSON-lines log, metrics) ─▶ handler (chat.rs, responses.rs):
+//!   the body within --request-timeout, else 408 ─▶ parse (request.rs)
+//!   ─▶ admission.rs: admission (a semaphore of --parallel + --max-queue permits,
+//!      else 503) ─▶ schema: cache hit, or a compile slot (--compile-slots) and a
+//!      compile on the blocking pool (schemas.rs) ─▶ budget check ─▶ job queue
+//!   ─▶ engine thread (pool.rs, Engine::chat; the deadline and the client checked
+//!      every 256 prompt tokens and every step) ─▶ JSON response, or SSE chunks as
+//!      the text grows (answer.rs, and each shape's file)
 //! ```
 //!
 //! The socket is bound before the model loads: `/health` answers 503 until the

@@ -7,8 +7,9 @@
 //! job is sent, in the handler.
 //!
 //! A job carries a cancel flag. The handler sets it when its future is dropped (the
-//! client went away) and the engine's [`Watch`] reads it before every step, so a
-//! disconnect frees its thread within one forward pass. A panic inside the engine
+//! client went away) and the engine's [`Watch`] reads it before every step and every
+//! chunk of the prompt's prefill, so a disconnect frees its thread within one forward
+//! pass. A panic inside the engine
 //! is caught here, answered as a 500, and the thread goes on with a fresh engine.
 
 use std::panic::AssertUnwindSafe;
@@ -41,7 +42,8 @@ pub struct Job {
     /// Whole UTF-8 text as it is produced (streaming only).
     pub deltas: Option<tmpsc::UnboundedSender<String>>,
     pub reply: oneshot::Sender<Result<ChatAnswer, JobError>>,
-    /// Test hook (`FORMWORK_SERVE_TEST_HOOKS=1`): panic inside the engine thread.
+    /// Test hook (debug builds, `FORMWORK_SERVE_TEST_HOOKS=1`): panic inside the engine
+    /// thread.
     pub panic: bool,
 }
 
