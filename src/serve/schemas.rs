@@ -399,8 +399,12 @@ mod tests {
         let gate = Arc::new((Mutex::new(false), Condvar::new()));
         let tasks: Vec<_> = (0..8)
             .map(|_| {
-                let (c, running, peak, gate) =
-                    (compiler.clone(), running.clone(), peak.clone(), gate.clone());
+                let (c, running, peak, gate) = (
+                    compiler.clone(),
+                    running.clone(),
+                    peak.clone(),
+                    gate.clone(),
+                );
                 rt.spawn(async move {
                     c.run("schema", move || {
                         let now = running.fetch_add(1, Ordering::SeqCst) + 1;
@@ -444,7 +448,10 @@ mod tests {
     fn a_poisoned_cache_lock_recovers() {
         let cache = SchemaCache::new(4, Arc::new(Compiler::new(1)));
         cache.poison();
-        assert!(cache.map.lock().is_err(), "the hook did not poison the lock");
+        assert!(
+            cache.map.lock().is_err(),
+            "the hook did not poison the lock"
+        );
         let value = serde_json::json!({"type": "object"});
         let mut schema = Schema::new(value.clone()).unwrap();
         let grammar = schema.grammar().unwrap();
