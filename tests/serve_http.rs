@@ -10,9 +10,10 @@ mod common;
 #[path = "common/server.rs"]
 mod server;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::time::{Duration, Instant};
 
+use formwork::serve::{OPEN_ROUTES, ROUTES, TEST_ROUTES};
 use serde_json::{json, Value};
 use server::{assert_error, Server, TEST_MODEL};
 
@@ -209,6 +210,67 @@ fn every_error_row_is_an_openai_error_and_the_server_keeps_serving() {
     assert_error(&r, 500, "internal_error");
     s.assert_serving();
 
+    // 400 max_tokens_too_small also when the request sets no budget: the default
+    // (1024) is the budget, and 3000 booleans take more tokens than that.
+    let many = json!({"type": "json_schema", "json_schema": {"name": "Many", "schema":
+        {"type": "array", "items": {"type": "boolean"}, "minItems": 3000}}});
+    let minimum = |m: &str| -> usize {
+        m.split("takes ")
+            .nth(1)
+            .and_then(|t| t.split(' ').next())
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("no minimum in {m}"))
+    };
+    let r = s.post(cc, &chat(json!({"response_format": many})));
+    let e = assert_error(&r, 400, "max_tokens_too_small");
+    assert_eq!(e["param"], "max_completion_tokens");
+    let m = e["message"].as_str().unwrap();
+    assert!(
+        m.contains("is not set, so the default of 1024 applies"),
+        "{m}"
+    );
+    assert!(minimum(m) > 1024, "{m}");
+    let r = s.post(
+        "/v1/responses",
+        &json!({"model": TEST_MODEL, "input": "Many booleans.",
+                "text": {"format": {"type": "json_schema", "name": "Many", "schema": many["json_schema"]["schema"]}}}),
+    );
+    assert_eq!(
+        assert_error(&r, 400, "max_tokens_too_small")["param"],
+        "max_output_tokens"
+    );
+    s.assert_serving();
+
+    // Locks poisoned by a panic (the schema and tool caches, the log, the job queue)
+    // recover: the cache still stores and finds, the log still grows, jobs still run.
+    let r = s.request("POST", "/__test/poison", &[], b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let logged = s.log_lines().len();
+    let pet = json!({"type": "json_schema", "json_schema": {"name": "Pet", "schema":
+        {"type": "object", "properties": {"pet": {"enum": ["cat", "dog"]}}, "required": ["pet"], "additionalProperties": false}}});
+    for hit in [false, true] {
+        let r = s.post(
+            cc,
+            &chat(json!({"response_format": pet, "max_completion_tokens": 20})),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["formwork"]["cache_hit"], hit, "{}", r.text());
+    }
+    let tools = json!([{"type": "function", "function": {"name": "get_weather", "parameters":
+        {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}}, "required": ["city"]}}}]);
+    for _ in 0..2 {
+        let r = s.post(
+            cc,
+            &chat(json!({"tools": tools, "max_completion_tokens": 40})),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    assert!(
+        s.log_lines().len() >= logged + 4,
+        "the log stopped after the poisoning"
+    );
+    s.assert_serving();
+
     // 503 with Retry-After: --parallel 1 --max-queue 0 and one request running.
     let port = s.port;
     let long = std::thread::spawn(move || {
@@ -255,41 +317,117 @@ fn every_error_row_is_an_openai_error_and_the_server_keeps_serving() {
         .all(|l| l["request_id"].as_str().is_some_and(|id| id.len() == 16)));
 }
 
+/// Every route of the server's one list (and the test hooks', and a path that is no
+/// route) refuses a request without the key, or with a wrong one; only the open
+/// routes (`/health`) answer without it.
 #[test]
 fn api_key_guards_every_route_but_health() {
     if common::home_with_smollm2().is_none() {
         return;
     }
-    let s = Server::start("key", &["--api-key", "sekret"], &[]);
-    assert_eq!(s.get("/health").status, 200);
-    let r = s.get("/v1/models");
-    assert_error(&r, 401, "invalid_api_key");
-    let r = s.request(
-        "GET",
-        "/v1/models",
-        &[("Authorization", "Bearer wrong")],
-        b"",
+    let s = Server::start(
+        "key",
+        &["--api-key", "sekret"],
+        &[("FORMWORK_SERVE_TEST_HOOKS", "1")],
     );
-    assert_error(&r, 401, "invalid_api_key");
-    let r = s.request(
-        "GET",
-        "/v1/models",
-        &[("Authorization", "Bearer sekret")],
-        b"",
+    let chat_body = chat(json!({"max_completion_tokens": 3})).to_string();
+    let responses_body =
+        json!({"model": TEST_MODEL, "input": "Say hi.", "max_output_tokens": 3}).to_string();
+    let body_of = |method: &str, path: &str| -> Vec<u8> {
+        match (method, path) {
+            ("POST", "/v1/responses") => responses_body.clone().into_bytes(),
+            ("POST", _) => chat_body.clone().into_bytes(),
+            _ => Vec::new(),
+        }
+    };
+    let json_ct = ("Content-Type", "application/json");
+    let mut checked = 0;
+    for &(method, pattern) in ROUTES
+        .iter()
+        .chain(TEST_ROUTES)
+        .chain(&[("GET", "/v1/nothing")])
+    {
+        let path = pattern.replace("{id}", TEST_MODEL);
+        let body = &body_of(method, &path)[..];
+        let r = s.request(method, &path, &[json_ct], body);
+        if OPEN_ROUTES.contains(&pattern) {
+            assert_eq!(r.status, 200, "{method} {path}: {}", r.text());
+            continue;
+        }
+        let e = assert_error(&r, 401, "invalid_api_key");
+        assert!(
+            e["message"].as_str().unwrap().contains("didn't provide"),
+            "{method} {path}: {e}"
+        );
+        let r = s.request(
+            method,
+            &path,
+            &[json_ct, ("Authorization", "Bearer wrong")],
+            body,
+        );
+        assert_error(&r, 401, "invalid_api_key");
+        checked += 1;
+    }
+    assert_eq!(
+        checked,
+        ROUTES.len() - OPEN_ROUTES.len() + TEST_ROUTES.len() + 1
     );
-    assert_eq!(r.status, 200);
+    // With the key, the routes answer.
+    let key = ("Authorization", "Bearer sekret");
+    for &(method, pattern) in ROUTES {
+        let path = pattern.replace("{id}", TEST_MODEL);
+        let body = &body_of(method, &path)[..];
+        let r = s.request(method, &path, &[json_ct, key], body);
+        assert_eq!(r.status, 200, "{method} {path}: {}", r.text());
+    }
+    let r = s.request("GET", "/v1/models", &[key], b"");
     assert_eq!(r.json()["data"][0]["id"], TEST_MODEL);
-    let body = chat(json!({"max_completion_tokens": 3})).to_string();
-    let r = s.request(
-        "POST",
-        "/v1/chat/completions",
-        &[
-            ("Authorization", "Bearer sekret"),
-            ("Content-Type", "application/json"),
-        ],
-        body.as_bytes(),
+}
+
+/// A client that sends half its headers is dropped after --header-timeout; one that
+/// sends its headers and half its body gets a 408 after --request-timeout. The server
+/// serves on.
+#[test]
+fn slow_clients_are_cut_off_by_the_header_and_request_timeouts() {
+    if common::home_with_smollm2().is_none() {
+        return;
+    }
+    let s = Server::start(
+        "slow",
+        &["--header-timeout", "1", "--request-timeout", "5"],
+        &[],
     );
-    assert_eq!(r.status, 200, "{}", r.text());
+    // Half a header: the server closes the connection (hyper may first write a 408
+    // head). Without the timeout the read would wait out its own 600 s limit.
+    let mut c = s.connect();
+    c.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le")
+        .unwrap();
+    let mut got = Vec::new();
+    c.read_to_end(&mut got)
+        .expect("the server did not close the connection");
+    let got = String::from_utf8_lossy(&got);
+    assert!(got.is_empty() || got.starts_with("HTTP/1.1 408"), "{got}");
+
+    // Half a body.
+    let mut c = s.connect();
+    let body = chat(json!({"max_completion_tokens": 3})).to_string();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    c.write_all(head.as_bytes()).unwrap();
+    c.write_all(&body.as_bytes()[..body.len() / 2]).unwrap();
+    let r = server::read_response(&mut c);
+    let e = assert_error(&r, 408, "request_timeout");
+    assert!(
+        e["message"].as_str().unwrap().contains("--request-timeout"),
+        "{e}"
+    );
+    s.assert_serving();
+    assert!(s
+        .log_lines()
+        .iter()
+        .any(|l| l["event"] == "request" && l["status"] == 408));
 }
 
 #[test]
@@ -422,7 +560,8 @@ fn streaming_sends_role_deltas_finish_usage_and_done() {
             .any(|(k, v)| k.eq_ignore_ascii_case("content-type")
                 && v.starts_with("text/event-stream"))
     );
-    assert!(pings > 0, "no `: ping` keep-alive at a 50 ms interval");
+    // `--keep-alive 0.05` is raised to the server's floor of 100 ms.
+    assert!(pings > 0, "no `: ping` keep-alive at a 100 ms interval");
     assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
     let chunks: Vec<Value> = data[..data.len() - 1]
         .iter()

@@ -126,3 +126,84 @@ fn sixteen_clients_four_requests_three_schemas_all_valid() {
     );
     s.assert_serving();
 }
+
+/// The value of the unlabelled counter `name` in Prometheus text; 0 before it is exported.
+fn counter(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A full queue refuses a request with a new schema before compiling it: the admission
+/// permit comes before the compile slot. Counted, not timed: the compile counter does
+/// not move while the queue is full, and the same schema later is a cache miss
+/// compiled once. See: issue 48, "schemas compile before admission".
+#[test]
+fn a_full_queue_refuses_new_schemas_without_compiling_them() {
+    if common::home_with_smollm2().is_none() {
+        return;
+    }
+    let s = Server::start("full", &["--parallel", "1", "--max-queue", "0"], &[]);
+    // One long request holds the only permit.
+    let mut long = s.connect();
+    let body = json!({"model": TEST_MODEL, "max_completion_tokens": 2000,
+        "messages": [{"role": "user", "content": "Write a very long story about a lighthouse."}]});
+    server::send(
+        &mut long,
+        "POST",
+        "/v1/chat/completions",
+        &[("Content-Type", "application/json")],
+        body.to_string().as_bytes(),
+    );
+    let mut polls = 0;
+    while s.get("/health").json()["running"] != 1 {
+        polls += 1;
+        assert!(polls < 3000, "the long request never ran");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let compiles = || counter(&s.get("/metrics").text(), "formwork_schema_compiles_total");
+    let before = compiles();
+    let schema = |i: usize| {
+        json!({"type": "object", "properties": {format!("field_{i}"): {"type": "integer", "minimum": i}},
+               "required": [format!("field_{i}")], "additionalProperties": false})
+    };
+    let ask = |i: usize| {
+        s.post(
+            "/v1/chat/completions",
+            &json!({"model": TEST_MODEL, "max_completion_tokens": 20,
+                "messages": [{"role": "user", "content": "A number, please."}],
+                "response_format": {"type": "json_schema", "json_schema": {"name": format!("S{i}"), "schema": schema(i)}}}),
+        )
+    };
+    for i in 0..8 {
+        let r = ask(i);
+        assert_eq!(r.status, 503, "{}", r.text());
+        assert_eq!(r.json()["error"]["code"], "queue_full", "{}", r.text());
+    }
+    assert_eq!(compiles(), before, "a refused request compiled its schema");
+    assert_eq!(
+        s.get("/health").json()["running"],
+        1,
+        "the long request ended early"
+    );
+    // The client goes away: its slot frees, and the same schema now compiles, once.
+    drop(long);
+    let mut polls = 0;
+    loop {
+        let h = s.get("/health").json();
+        if h["running"] == 0 && h["waiting"] == 0 {
+            break;
+        }
+        polls += 1;
+        assert!(polls < 1000, "the slot was never freed: {h}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let r = ask(3);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["formwork"]["cache_hit"], false, "{}", r.text());
+    assert_eq!(compiles(), before + 1.0);
+    let r = ask(3);
+    assert_eq!(r.json()["formwork"]["cache_hit"], true, "{}", r.text());
+    assert_eq!(compiles(), before + 1.0);
+}

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use formwork_models::registry::DEFAULT_MODEL;
 
+use super::seconds;
 use crate::serve::{self, ServeConfig};
 
 #[derive(clap::Args, Debug)]
@@ -23,19 +24,29 @@ pub struct ServeArgs {
     /// Requests decoded at once, each on an engine thread of its own (weights shared).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub parallel: u16,
-    /// Requests that may wait for an engine thread; one more is answered 503.
+    /// Requests that may wait for an engine thread (at most 1000000); one more is
+    /// answered 503.
     #[arg(long, default_value_t = 16)]
     pub max_queue: usize,
+    /// Schemas compiled at once; the default is the number of cores.
+    #[arg(long)]
+    pub compile_slots: Option<usize>,
     /// Require `Authorization: Bearer KEY` on every route but /health.
     #[arg(long, env = "FORMWORK_API_KEY")]
     pub api_key: Option<String>,
     /// The largest request body in bytes (413 above it).
     #[arg(long, default_value_t = 1 << 20)]
     pub max_body_bytes: usize,
-    /// Seconds a request may take from arrival, queue included; an answer cut by it
-    /// has `finish_reason: "length"` and `incomplete_reason: "timeout"`.
-    #[arg(long)]
-    pub request_timeout: Option<f64>,
+    /// Seconds a request may take from arrival (its headers read), the body's upload,
+    /// queue and compile included, 0 for no limit. A body not in by then is a 408; an
+    /// answer cut by it has `finish_reason: "length"` and `incomplete_reason: "timeout"`.
+    #[arg(long, default_value_t = 600.0)]
+    pub request_timeout: f64,
+    /// Seconds a client may take to send a request's headers (and an idle
+    /// connection may wait for the next request), 0 for no limit; then the
+    /// connection is closed.
+    #[arg(long, default_value_t = 30.0)]
+    pub header_timeout: f64,
     /// Append the JSON-lines log here instead of stderr (no prompt or output content).
     #[arg(long)]
     pub log: Option<PathBuf>,
@@ -49,11 +60,10 @@ pub struct ServeArgs {
     pub load: super::LoadArgs,
 }
 
-fn seconds(flag: &str, s: f64) -> anyhow::Result<Duration> {
-    if !(s.is_finite() && s >= 0.0 && s < 1e9) {
-        anyhow::bail!("--{flag} {s}: must be a number of seconds, 0 or more");
-    }
-    Ok(Duration::from_secs_f64(s))
+/// A time limit: `s` seconds, or none for 0.
+fn limit(flag: &str, s: f64) -> anyhow::Result<Option<Duration>> {
+    let d = seconds(flag, s)?;
+    Ok((!d.is_zero()).then_some(d))
 }
 
 pub fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -66,10 +76,11 @@ pub fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
         max_queue: a.max_queue,
         api_key: a.api_key.filter(|k| !k.is_empty()),
         max_body_bytes: a.max_body_bytes,
-        request_timeout: a
-            .request_timeout
-            .map(|s| seconds("request-timeout", s))
-            .transpose()?,
+        request_timeout: limit("request-timeout", a.request_timeout)?,
+        header_timeout: limit("header-timeout", a.header_timeout)?,
+        compile_slots: a.compile_slots.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        }),
         log: a.log,
         grace: seconds("grace", a.grace)?,
         keep_alive: seconds("keep-alive", a.keep_alive)?.max(Duration::from_millis(100)),

@@ -207,7 +207,23 @@ impl Engine {
             redirect: matches!(constraint, Constraint::Tools(_)).then(|| self.tool_redirect()),
             ..DecodeOptions::default()
         };
-        let run = self.prefill(&ids, &[shared]).and_then(|logits| {
+        // The prompt in chunks, each after a look at the deadline and the watch (a
+        // client gone), so that neither waits for the whole of a long prompt.
+        let deadline = dopts.deadline;
+        let timed_out = || deadline.is_some_and(|d| Instant::now() >= d);
+        let watch = opts.watch.clone();
+        let go = || !timed_out() && watch.as_ref().is_none_or(|w| (w.0)(&[]));
+        let prefilled = self.prefill_until(&ids, &[shared], &go);
+        let run = prefilled.and_then(|logits| {
+            let Some(logits) = logits else {
+                let mut out = DecodeOutput::empty();
+                out.stop = if timed_out() {
+                    Stop::Timeout
+                } else {
+                    Stop::Cancelled
+                };
+                return Ok((out, false));
+            };
             let mut sampler = Sampler::new(opts.sampling.clone(), opts.seed);
             match constraint {
                 Constraint::Schema { grammar, .. } => {

@@ -451,16 +451,35 @@ impl Engine {
     /// longest cached prefix of `ids`, and snapshots the KV state at each of `cuts`
     /// (ascending prefix lengths) that it passes, for the next records.
     fn prefill(&mut self, ids: &[u32], cuts: &[usize]) -> anyhow::Result<Vec<f32>> {
+        self.prefill_until(ids, cuts, &|| true)?
+            .ok_or_else(|| anyhow::anyhow!("the prefill stopped"))
+    }
+
+    /// [`Engine::prefill`] in chunks of [`prefix::PREFILL_CHUNK`] tokens, asking `go`
+    /// before each: None when it said stop (a server's deadline, or its client gone).
+    fn prefill_until(
+        &mut self,
+        ids: &[u32],
+        cuts: &[usize],
+        go: &dyn Fn() -> bool,
+    ) -> anyhow::Result<Option<Vec<f32>>> {
         anyhow::ensure!(!ids.is_empty(), "empty prompt");
         if !self.reuse_prefix {
             self.loaded.model.clear_kv_cache();
-            return Ok(self.loaded.model.forward(ids, 0)?);
+            let model = self.loaded.model.as_mut();
+            return Ok(prefix::forward_chunked(
+                model,
+                ids,
+                0,
+                prefix::PREFILL_CHUNK,
+                go,
+            )?);
         }
         // A few entries per engine that shares the store.
         let room = PREFIX_CACHE_ENTRIES * Arc::strong_count(&self.prefix);
         let (logits, reused) = self
             .prefix
-            .prefill(&mut self.loaded.model, ids, cuts, room)?;
+            .prefill(&mut self.loaded.model, ids, cuts, room, go)?;
         self.prefix_tokens_reused += reused;
         Ok(logits)
     }

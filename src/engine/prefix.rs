@@ -10,10 +10,47 @@
 //! look again. A waiter steps aside from its batch group while it waits
 //! ([`formwork_models::group::step_aside`]), so the batched passes of the engine it
 //! waits for do not wait for it. Nothing waits with a lock held across a forward pass.
+//!
+//! The tokens are fed [`PREFILL_CHUNK`] at a time ([`forward_chunked`]), and the
+//! caller's `go` is asked before each chunk: a server's request whose client went away,
+//! or whose deadline passed, stops within one chunk instead of after the whole prompt.
+//! The logits are those of one pass over the prompt (the KV cache makes the chunks one
+//! sequence; `tests/engine_prefill.rs` compares them on the real model).
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 use formwork_models::runtime::LanguageModel;
+
+/// Tokens per forward pass of a prefill: small enough that a stop waits for at most
+/// one chunk (a fraction of a second on a small CPU model), large enough that the
+/// passes still read each weight once per many tokens.
+pub const PREFILL_CHUNK: usize = 256;
+
+/// Feeds `ids[from..]` into `model` at positions `from..` (the cache holds `ids[..from]`,
+/// or `from` is 0), `chunk` tokens per forward pass, asking `go` before each pass.
+/// Returns the logits after the last token, or None when `go` said stop; the cache
+/// then holds a prefix of `ids`. `ids[from..]` must not be empty.
+pub fn forward_chunked(
+    model: &mut dyn LanguageModel,
+    ids: &[u32],
+    from: usize,
+    chunk: usize,
+    go: &dyn Fn() -> bool,
+) -> formwork_models::Result<Option<Vec<f32>>> {
+    let chunk = chunk.max(1);
+    let mut pos = from;
+    loop {
+        if !go() {
+            return Ok(None);
+        }
+        let end = ids.len().min(pos + chunk);
+        let logits = model.forward(&ids[pos..end], pos)?;
+        pos = end;
+        if pos >= ids.len() {
+            return Ok(Some(logits));
+        }
+    }
+}
 
 /// One cached prefix: its tokens and the model's KV state after them.
 pub(crate) struct Cached {
@@ -99,14 +136,16 @@ impl PrefixStore {
     /// many leading tokens came from a cached snapshot. Starts from the longest cached
     /// prefix of `ids` (after waiting for any longer one being computed), and stores a
     /// snapshot at each of `cuts` (ascending prefix lengths) that it passes, keeping at
-    /// most `room` entries.
+    /// most `room` entries. Feeds [`PREFILL_CHUNK`] tokens at a time and asks `go`
+    /// before each chunk; the logits are None when it said stop.
     pub(crate) fn prefill(
         &self,
         model: &mut Box<dyn LanguageModel>,
         ids: &[u32],
         cuts: &[usize],
         room: usize,
-    ) -> formwork_models::Result<(Vec<f32>, usize)> {
+        go: &dyn Fn() -> bool,
+    ) -> formwork_models::Result<(Option<Vec<f32>>, usize)> {
         let usable = |t: &[u32]| ids.len() > t.len() && ids.starts_with(t);
         let mut st = self.lock();
         let mut pos = 0;
@@ -153,7 +192,10 @@ impl PrefixStore {
             if cut <= pos || cut >= ids.len() {
                 continue;
             }
-            model.forward(&ids[pos..cut], pos)?;
+            if forward_chunked(model.as_mut(), &ids[..cut], pos, PREFILL_CHUNK, go)?.is_none() {
+                // Stopped: the marks still held go with `marks`.
+                return Ok((None, reused));
+            }
             pos = cut;
             let snapshot = model.snapshot();
             let mut st = self.lock();
@@ -177,7 +219,8 @@ impl PrefixStore {
             self.cv.notify_all();
         }
         drop(marks);
-        Ok((model.forward(&ids[pos..], pos)?, reused))
+        let logits = forward_chunked(model.as_mut(), ids, pos, PREFILL_CHUNK, go)?;
+        Ok((logits, reused))
     }
 }
 
@@ -271,8 +314,8 @@ mod tests {
                     let ids: Vec<u32> = (0..PREFIX as u32).chain([100 + k, 200 + k]).collect();
                     barrier.wait();
                     store
-                        .prefill(&mut model, &ids, &[PREFIX], 8)
-                        .map(|(logits, _)| logits)
+                        .prefill(&mut model, &ids, &[PREFIX], 8, &|| true)
+                        .map(|(logits, _)| logits.expect("never stopped"))
                         .map_err(|e| e.to_string())
                 })
             })
@@ -283,6 +326,11 @@ mod tests {
 
     fn alone(k: u32) -> Vec<f32> {
         let ids: Vec<u32> = (0..PREFIX as u32).chain([100 + k, 200 + k]).collect();
+        alone_ids(&ids)
+    }
+
+    /// The Fake's logits after `ids` fed in one pass.
+    fn alone_ids(ids: &[u32]) -> Vec<f32> {
         let h = ids
             .iter()
             .fold(7u64, |h, &t| h.wrapping_mul(31).wrapping_add(t as u64));
@@ -316,5 +364,37 @@ mod tests {
         assert_eq!(ok.len(), 3);
         assert_eq!(fed, PREFIX + 3 * 2);
         assert_eq!(stats.computed, 1, "{stats:?}");
+    }
+
+    /// A prefill whose `go` says stop after its first chunk feeds that chunk and no
+    /// more, returns no logits, and leaves no prefix marked as being computed (a
+    /// later prefill of the same prompt would wait on it for ever).
+    #[test]
+    fn a_stopped_prefill_feeds_one_chunk_and_leaves_no_mark() {
+        let fed = Arc::new(AtomicUsize::new(0));
+        let mut model: Box<dyn LanguageModel> = Box::new(Fake {
+            fed: Vec::new(),
+            tokens_fed: fed.clone(),
+            gate_len: usize::MAX,
+            gate: Arc::new(|| {}),
+            fail_once: Arc::new(AtomicBool::new(false)),
+        });
+        let store = PrefixStore::default();
+        let ids: Vec<u32> = (0..3 * PREFILL_CHUNK as u32 + 10).collect();
+        let asked = AtomicUsize::new(0);
+        let go = || asked.fetch_add(1, Ordering::SeqCst) == 0;
+        let cut = 2 * PREFILL_CHUNK + 5;
+        let (logits, reused) = store.prefill(&mut model, &ids, &[cut], 8, &go).unwrap();
+        assert_eq!((logits, reused), (None, 0));
+        assert_eq!(fed.load(Ordering::SeqCst), PREFILL_CHUNK);
+        assert_eq!(asked.load(Ordering::SeqCst), 2);
+        assert!(store.lock().computing.is_empty());
+        assert_eq!(store.stats().computed, 0);
+        // Let through, the same prompt is whole: 3 chunks and the rest, as one pass.
+        let (logits, _) = store
+            .prefill(&mut model, &ids, &[cut], 8, &|| true)
+            .unwrap();
+        assert_eq!(logits, Some(alone_ids(&ids)));
+        assert_eq!(store.stats().computed, 1);
     }
 }

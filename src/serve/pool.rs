@@ -7,8 +7,9 @@
 //! job is sent, in the handler.
 //!
 //! A job carries a cancel flag. The handler sets it when its future is dropped (the
-//! client went away) and the engine's [`Watch`] reads it before every step, so a
-//! disconnect frees its thread within one forward pass. A panic inside the engine
+//! client went away) and the engine's [`Watch`] reads it before every step and every
+//! chunk of the prompt's prefill, so a disconnect frees its thread within one forward
+//! pass. A panic inside the engine
 //! is caught here, answered as a 500, and the thread goes on with a fresh engine.
 
 use std::panic::AssertUnwindSafe;
@@ -20,6 +21,7 @@ use std::time::Instant;
 use formwork_models::chat::ChatMessage;
 use tokio::sync::{mpsc as tmpsc, oneshot};
 
+use super::lock;
 use super::schemas::{Compiled, CompiledTools};
 use crate::engine::chat::{ChatAnswer, ChatError, ChatOptions, Constraint};
 use crate::engine::decode::Watch;
@@ -40,7 +42,8 @@ pub struct Job {
     /// Whole UTF-8 text as it is produced (streaming only).
     pub deltas: Option<tmpsc::UnboundedSender<String>>,
     pub reply: oneshot::Sender<Result<ChatAnswer, JobError>>,
-    /// Test hook (`FORMWORK_SERVE_TEST_HOOKS=1`): panic inside the engine thread.
+    /// Test hook (debug builds, `FORMWORK_SERVE_TEST_HOOKS=1`): panic inside the engine
+    /// thread.
     pub panic: bool,
 }
 
@@ -74,10 +77,7 @@ impl Pool {
             let base = base.clone();
             let running = running.clone();
             let group = group.clone();
-            let engine = match base.lock() {
-                Ok(b) => b.share(),
-                Err(_) => continue,
-            };
+            let engine = lock(&base).share();
             let _ = std::thread::Builder::new()
                 .name(format!("formwork-engine-{i}"))
                 .spawn(move || worker(engine, base, rx, running, group));
@@ -89,10 +89,13 @@ impl Pool {
     }
 
     pub fn submit(&self, job: Job) -> Result<(), Job> {
-        match self.tx.lock() {
-            Ok(tx) => tx.send(job).map_err(|e| e.0),
-            Err(_) => Err(job),
-        }
+        lock(&self.tx).send(job).map_err(|e| e.0)
+    }
+
+    /// Test hook: poisons the queue's lock.
+    #[cfg(debug_assertions)]
+    pub fn poison(&self) {
+        super::poison(&self.tx);
     }
 }
 
@@ -105,7 +108,7 @@ fn worker(
 ) {
     loop {
         let job = {
-            let Ok(guard) = rx.lock() else { return };
+            let guard = lock(&rx);
             match guard.recv() {
                 Ok(j) => j,
                 Err(_) => return,
@@ -153,9 +156,7 @@ fn worker(
             Err(p) => {
                 let msg = panic_message(p.as_ref());
                 // The engine may be half-way through a step: start from a fresh one.
-                if let Ok(b) = base.lock() {
-                    engine = b.share();
-                }
+                engine = lock(&base).share();
                 Err(JobError::Panic(msg))
             }
         };
@@ -182,7 +183,7 @@ fn watch(cancel: Arc<AtomicBool>, deltas: Option<tmpsc::UnboundedSender<String>>
             cancel.store(true, Ordering::SeqCst);
             return false;
         }
-        let Ok(mut n) = sent.lock() else { return true };
+        let mut n = lock(&sent);
         if bytes.len() > *n {
             let fresh = &bytes[*n..];
             let whole = match std::str::from_utf8(fresh) {

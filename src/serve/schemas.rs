@@ -7,12 +7,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use tokio::sync::Semaphore;
+
 use formwork_grammar::compile::CompileError;
 use formwork_grammar::matcher::{Grammar, Matcher};
 use formwork_grammar::toktrie::TokTrie;
 use serde_json::Value;
 
 use super::error::{quote, ApiError};
+use super::lock;
 use crate::engine::schema_hash::{canonical, schema_sha256, sha256_hex};
 use crate::engine::tools::{compile_toolbox, ToolChoice, ToolDef, Toolbox, ToolsError};
 use crate::engine::Schema;
@@ -34,27 +37,70 @@ pub struct Compiled {
 pub struct SchemaCache {
     map: Mutex<HashMap<String, Arc<Compiled>>>,
     cap: usize,
+    compiler: Arc<Compiler>,
+}
+
+/// The compile semaphore before tokio's blocking pool: at most `--compile-slots`
+/// schemas (or tool sets) compile at once, however many requests bring new ones. A
+/// request waits for a slot holding its admission permit, so a full queue refuses a
+/// new schema before anything compiles it.
+pub struct Compiler {
+    slots: Arc<Semaphore>,
+}
+
+impl Compiler {
+    pub fn new(slots: usize) -> Compiler {
+        Compiler {
+            slots: Arc::new(Semaphore::new(slots.max(1))),
+        }
+    }
+
+    /// Runs `f` on the blocking pool once a slot is free. The slot is held until `f`
+    /// returns, also when the caller has gone (a compile cannot be stopped half-way).
+    /// Counts each compile in `formwork_schema_compiles_total`.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        what: &str,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let slot = self.slots.clone().acquire_owned().await.map_err(|e| {
+            ApiError::internal(format!("the {what} compiler's semaphore is closed: {e}"))
+        })?;
+        tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            metrics::counter!("formwork_schema_compiles_total").increment(1);
+            f()
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("the {what} compiler failed: {e}")))
+    }
 }
 
 impl SchemaCache {
-    pub fn new(cap: usize) -> SchemaCache {
+    pub fn new(cap: usize, compiler: Arc<Compiler>) -> SchemaCache {
         SchemaCache {
             map: Mutex::new(HashMap::new()),
             cap: cap.max(1),
+            compiler,
         }
     }
 
     fn get(&self, sha: &str) -> Option<Arc<Compiled>> {
-        self.map.lock().ok()?.get(sha).cloned()
+        lock(&self.map).get(sha).cloned()
     }
 
     fn put(&self, c: Arc<Compiled>) {
-        if let Ok(mut m) = self.map.lock() {
-            if m.len() >= self.cap {
-                m.clear();
-            }
-            m.insert(c.sha256.clone(), c);
+        let mut m = lock(&self.map);
+        if m.len() >= self.cap {
+            m.clear();
         }
+        m.insert(c.sha256.clone(), c);
+    }
+
+    /// Test hook: poisons the map's lock.
+    #[cfg(debug_assertions)]
+    pub fn poison(&self) {
+        super::poison(&self.map);
     }
 
     /// The compiled schema and whether it came from the cache. `name` is the
@@ -73,9 +119,10 @@ impl SchemaCache {
         metrics::counter!("formwork_schema_cache_misses_total").increment(1);
         let name = name.to_string();
         let sha2 = sha.clone();
-        let compiled = tokio::task::spawn_blocking(move || compile(&name, schema, sha2, &trie))
-            .await
-            .map_err(|e| ApiError::internal(format!("the schema compiler failed: {e}")))??;
+        let compiled = self
+            .compiler
+            .run("schema", move || compile(&name, schema, sha2, &trie))
+            .await??;
         let c = Arc::new(compiled);
         self.put(c.clone());
         Ok((c, false))
@@ -185,14 +232,22 @@ pub struct CompiledTools {
 pub struct ToolCache {
     map: Mutex<HashMap<String, Arc<CompiledTools>>>,
     cap: usize,
+    compiler: Arc<Compiler>,
 }
 
 impl ToolCache {
-    pub fn new(cap: usize) -> ToolCache {
+    pub fn new(cap: usize, compiler: Arc<Compiler>) -> ToolCache {
         ToolCache {
             map: Mutex::new(HashMap::new()),
             cap: cap.max(1),
+            compiler,
         }
+    }
+
+    /// Test hook: poisons the map's lock.
+    #[cfg(debug_assertions)]
+    pub fn poison(&self) {
+        super::poison(&self.map);
     }
 
     /// The compiled tools and whether they came from the cache. `answer` is the
@@ -215,7 +270,7 @@ impl ToolCache {
             "answer": answer.as_ref().map(|(v, _)| canonical(v)),
         });
         let sha = sha256_hex(key.to_string().as_bytes());
-        if let Some(c) = self.map.lock().ok().and_then(|m| m.get(&sha).cloned()) {
+        if let Some(c) = lock(&self.map).get(&sha).cloned() {
             metrics::counter!("formwork_tools_cache_hits_total").increment(1);
             return Ok((c, true));
         }
@@ -223,40 +278,40 @@ impl ToolCache {
         let tools = tools.to_vec();
         let choice = choice.clone();
         let sha2 = sha.clone();
-        let compiled = tokio::task::spawn_blocking(move || {
-            let started = Instant::now();
-            let toolbox = compile_toolbox(
-                &tools,
-                &choice,
-                parallel,
-                answer.as_ref().map(|(v, val)| (v, val.clone())),
-            )
-            .map_err(|e| tools_error(&tools, e))?;
-            let min_tokens =
-                Matcher::new(toolbox.grammar.clone(), trie.clone()).min_completion_tokens();
-            if min_tokens >= (u32::MAX / 2) as usize {
-                return Err(ApiError::bad(
-                    "invalid_function_parameters",
-                    "tools",
-                    "The model's vocabulary cannot spell every valid call of these tools.",
-                ));
-            }
-            Ok(CompiledTools {
-                sha256: sha2,
-                toolbox,
-                min_tokens,
-                compile_ms: started.elapsed().as_secs_f64() * 1000.0,
+        let compiled = self
+            .compiler
+            .run("tool", move || {
+                let started = Instant::now();
+                let toolbox = compile_toolbox(
+                    &tools,
+                    &choice,
+                    parallel,
+                    answer.as_ref().map(|(v, val)| (v, val.clone())),
+                )
+                .map_err(|e| tools_error(&tools, e))?;
+                let min_tokens =
+                    Matcher::new(toolbox.grammar.clone(), trie.clone()).min_completion_tokens();
+                if min_tokens >= (u32::MAX / 2) as usize {
+                    return Err(ApiError::bad(
+                        "invalid_function_parameters",
+                        "tools",
+                        "The model's vocabulary cannot spell every valid call of these tools.",
+                    ));
+                }
+                Ok(CompiledTools {
+                    sha256: sha2,
+                    toolbox,
+                    min_tokens,
+                    compile_ms: started.elapsed().as_secs_f64() * 1000.0,
+                })
             })
-        })
-        .await
-        .map_err(|e| ApiError::internal(format!("the tool compiler failed: {e}")))??;
+            .await??;
         let c = Arc::new(compiled);
-        if let Ok(mut m) = self.map.lock() {
-            if m.len() >= self.cap {
-                m.clear();
-            }
-            m.insert(sha, c.clone());
+        let mut m = lock(&self.map);
+        if m.len() >= self.cap {
+            m.clear();
         }
+        m.insert(sha, c.clone());
         Ok((c, false))
     }
 }
@@ -296,5 +351,96 @@ fn tools_error(tools: &[ToolDef], e: ToolsError) -> ApiError {
         }
         ToolsError::Answer(error) => compile_error("response", error),
         ToolsError::Turn(t) => ApiError::bad_param("tools", format!("Invalid 'tools': {t}.")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Condvar;
+    use std::time::Duration;
+
+    /// Eight compiles on two slots: two run, the six others wait for a slot (not for
+    /// a blocking thread: the pool has sixteen), and all eight finish.
+    #[test]
+    fn at_most_compile_slots_compiles_run_at_once() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .max_blocking_threads(16)
+            .enable_all()
+            .build()
+            .unwrap();
+        let compiler = Arc::new(Compiler::new(2));
+        let running = Arc::new(AtomicUsize::new(0));
+        let peak = Arc::new(AtomicUsize::new(0));
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let (c, running, peak, gate) = (
+                    compiler.clone(),
+                    running.clone(),
+                    peak.clone(),
+                    gate.clone(),
+                );
+                rt.spawn(async move {
+                    c.run("schema", move || {
+                        let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                        peak.fetch_max(now, Ordering::SeqCst);
+                        let (open, cv) = &*gate;
+                        let mut o = lock(open);
+                        while !*o {
+                            o = cv.wait(o).unwrap_or_else(|e| e.into_inner());
+                        }
+                        running.fetch_sub(1, Ordering::SeqCst);
+                    })
+                    .await
+                })
+            })
+            .collect();
+        let mut waited = 0;
+        while running.load(Ordering::SeqCst) < 2 {
+            assert!(waited < 1000, "the first two compiles never started");
+            std::thread::sleep(Duration::from_millis(10));
+            waited += 1;
+        }
+        // Room for a third to start, were the slots not kept.
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(running.load(Ordering::SeqCst), 2);
+        *lock(&gate.0) = true;
+        gate.1.notify_all();
+        let done = rt.block_on(async {
+            let mut n = 0;
+            for t in tasks {
+                t.await.unwrap().unwrap();
+                n += 1;
+            }
+            n
+        });
+        assert_eq!((done, peak.load(Ordering::SeqCst)), (8, 2));
+    }
+
+    /// A panic while a cache's lock is held poisons it; the cache goes on working
+    /// (a hit after a put), instead of missing for ever.
+    #[test]
+    fn a_poisoned_cache_lock_recovers() {
+        let cache = SchemaCache::new(4, Arc::new(Compiler::new(1)));
+        cache.poison();
+        assert!(
+            cache.map.lock().is_err(),
+            "the hook did not poison the lock"
+        );
+        let value = serde_json::json!({"type": "object"});
+        let mut schema = Schema::new(value.clone()).unwrap();
+        let grammar = schema.grammar().unwrap();
+        cache.put(Arc::new(Compiled {
+            sha256: "s".into(),
+            value,
+            grammar,
+            validator: schema.validator,
+            min_tokens: 2,
+            compile_ms: 0.0,
+        }));
+        assert_eq!(cache.get("s").map(|c| c.min_tokens), Some(2));
     }
 }

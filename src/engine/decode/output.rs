@@ -82,7 +82,7 @@ pub struct DecodeOutput {
 }
 
 impl DecodeOutput {
-    pub(super) fn empty() -> Self {
+    pub(crate) fn empty() -> Self {
         DecodeOutput {
             tokens: Vec::new(),
             bytes: Vec::new(),
