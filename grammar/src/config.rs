@@ -33,13 +33,17 @@ pub struct Limits {
     pub dfa_states: usize,
     /// DFA states x (string length bound + 1) for pattern-with-length tables.
     pub length_bits: usize,
-    /// Work units of one compile ([`CompileError::STEPS`]): a DFA state's row of
-    /// transitions, one layer of a length table, a pair of conjunctions intersected, one
-    /// narrowing or disjointness test, one subschema read, one node of a shortest-length
-    /// sweep. A count, not a clock: the same schema takes the same steps, and
-    /// hits the limit at the same place, on any machine under any load. The default
-    /// (500M) is about 3 s of the worst passes in a release build, and 40x the most
-    /// any JSONSchemaBench schema takes.
+    /// Work units of one compile, the step budget: about one per transition of a DFA
+    /// built (by regex-automata or here), per state of a length table's layer, per byte
+    /// class of a state's predecessors, per 8 bits of a length table; per property,
+    /// literal or pattern of the two conjunctions that one intersection, narrowing or
+    /// disjointness test compares; one per subschema read and per node of a
+    /// shortest-length sweep. A count, not a clock: the same schema takes the same
+    /// steps, and stops at the same place, on any machine under any load
+    /// ([`Stats::steps`](crate::compile::Stats::steps) tells what a schema took). A
+    /// step is 1 to 50 ns in a release build; the default, 200M, is 4 to 9 s of the
+    /// slowest passes (`cargo bench -p formwork-grammar --bench compile_limits`) and 40x
+    /// the most any JSONSchemaBench schema takes (4.7M, `Github_hard/o21072.json`).
     pub steps: u64,
     /// States of the span automaton of one document (`x-formwork-source`): about two
     /// per document byte.
@@ -55,7 +59,7 @@ impl Default for Limits {
             alternatives: 256,
             dfa_states: 20_000,
             length_bits: 64 << 20,
-            steps: 500_000_000,
+            steps: 200_000_000,
             source_states: 400_000,
         }
     }

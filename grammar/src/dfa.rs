@@ -54,6 +54,10 @@ impl Dfa {
             .syntax(syntax::Config::new().utf8(true).unicode(true))
             .build(pat)
             .map_err(|e| e.to_string())?;
+        // The determinization, after the fact: a step per transition it built.
+        if budget.charge(re.memory_usage() as u64 / 4) {
+            return Err(OUT_OF_STEPS.into());
+        }
         let s0 = re
             .start_state(&start::Config::new().anchored(Anchored::Yes))
             .map_err(|e| e.to_string())?;
@@ -508,7 +512,10 @@ impl LenTable {
         if n.saturating_mul(words * 64) > max_bits {
             return Err(format!("{} DFA states x {} lengths", n, cap + 1));
         }
-        // Distinct predecessors per state, by edge weight.
+        // Distinct predecessors per state, by edge weight: a step per byte and state.
+        if budget.charge(256 * n as u64) {
+            return Err(OUT_OF_STEPS.into());
+        }
         let mut pre: [Vec<Vec<u32>>; 2] = [vec![Vec::new(); n], vec![Vec::new(); n]];
         for s in 1..n {
             let mut e: Vec<(u32, u32)> = (0..=255u8)
@@ -581,6 +588,10 @@ impl LenTable {
         }
         let mut bits = vec![0u64; n * words];
         let (exact, c) = layers(close0(accept.clone()), cap as usize)?;
+        // A step per state and 8 lengths (a bit each).
+        if budget.charge(n as u64 * u64::from(cap) / 8) {
+            return Err(OUT_OF_STEPS.into());
+        }
         for k in 0..cap as usize {
             let l = &exact[at(&exact, c, k)];
             for s in (1..n).filter(|&s| has(l, s)) {
@@ -739,10 +750,11 @@ mod tests {
         let before = dl.used();
         let t = LenTable::build(&d, 65_537, 64 << 20, &dl).unwrap();
         assert!(t.any_in(d.start, 10, 65_536));
-        // One step per state and layer: the layers repeat after a few dozen, where the
-        // old propagation went once round per length (65 536 layers).
-        let layers = (dl.used() - before) / d.len() as u64;
-        eprintln!("{layers} layers for {} states", d.len());
+        // A step per state for each layer, for each byte and for each 8 lengths: the
+        // layers repeat after a few dozen, where the old propagation went once round per
+        // length (65 536 layers).
+        let per_state = (dl.used() - before) / d.len() as u64;
+        let layers = per_state - 256 - 65_537 / 8;
         assert!(layers <= 64, "{layers} layers for {} states", d.len());
     }
 }

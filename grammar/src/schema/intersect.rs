@@ -107,7 +107,8 @@ impl<'a> Builder<'a> {
     ) -> Result<Vec<Typed>, CompileError> {
         let mut out = Vec::new();
         for x in &a {
-            self.charge(b.len() as u64 + 1, ptr)?;
+            let pairs: u64 = b.iter().map(|y| x.steps() + y.steps()).sum();
+            self.charge(1 + pairs, ptr)?;
             for y in b {
                 let r = intersect(x, y, &mut |t: &Typed, n: &str| self.prop_key_full(t, n))
                     .map_err(|e| at_ptr(e, ptr))?;

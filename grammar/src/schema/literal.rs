@@ -18,6 +18,8 @@ impl<'a> Builder<'a> {
         v: &Value,
         superset: bool,
     ) -> Result<bool, CompileError> {
+        // Charged here, checked by the callers that know the pointer.
+        self.budget.charge(t.steps());
         if let Some(l) = &t.lits {
             if !l.iter().any(|w| json_eq(v, w)) {
                 return Ok(false);

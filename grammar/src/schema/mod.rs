@@ -112,6 +112,17 @@ struct Typed {
 }
 
 impl Typed {
+    /// About the work of cloning or comparing this conjunction, in compile steps: one,
+    /// plus one per property, required name, literal, pattern and tuple item.
+    fn steps(&self) -> u64 {
+        (1 + self.props.len()
+            + self.req.len()
+            + self.lits.as_ref().map_or(0, |l| l.len())
+            + self.pats.len()
+            + self.prefix.len()
+            + self.pprops.len()) as u64
+    }
+
     /// The exact numeric bounds (see [`Typed::far`]).
     fn bounds_x(&self) -> (BigInt, BigInt) {
         match &self.far {

@@ -198,7 +198,7 @@ impl<'a> Builder<'a> {
         y: &Typed,
         ptr: &str,
     ) -> Result<Vec<Typed>, CompileError> {
-        self.charge(1, ptr)?;
+        self.charge(c.steps() + y.steps(), ptr)?;
         if self.typed_disjoint(&c, y, 3)? {
             return Ok(vec![c]);
         }
@@ -348,8 +348,7 @@ impl<'a> Builder<'a> {
     ) -> Result<bool, CompileError> {
         // Charged here, checked by the callers that know the pointer (`narrow`, the
         // `oneOf` overlap test, `dnf`).
-        let lits = a.lits.as_ref().or(b.lits.as_ref()).map_or(0, |l| l.len());
-        self.budget.charge(1 + lits as u64);
+        self.budget.charge(a.steps() + b.steps());
         // Literal sets decide alone.
         if let Some(la) = a.lits.clone() {
             for v in &la {
