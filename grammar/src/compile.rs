@@ -79,6 +79,9 @@ pub fn compile(schema: &serde_json::Value, cfg: &Config) -> Result<Arc<Automaton
         })
     });
     let m = Machine::new(ir, cfg.whitespace, &budget)?;
+    // Some steps are charged where no pointer is known and checked later: a compile that
+    // took more than the limit fails, whichever step went over.
+    budget.check(0, "")?;
     let root = &m.ir.nodes[m.ir.root as usize];
     if root.min_len == u64::MAX {
         return Err(CompileError::Empty {
@@ -275,6 +278,7 @@ impl Automaton {
             }
         }
         let m = Machine::new(ir, base.whitespace, &budget)?;
+        budget.check(0, "")?;
         if m.ir.nodes[m.ir.root as usize].min_len == u64::MAX {
             // Name a marked string that lost every text (the likely cause).
             let dead = marked
