@@ -37,11 +37,7 @@ impl Dfa {
     /// `pat` must already be anchored at both ends. Errors carry regex-automata's message.
     /// (regex-automata's determinization is bounded by its size limits, not the step budget;
     /// each state of the explicit DFA costs a step per byte class.)
-    pub(crate) fn from_regex(
-        pat: &str,
-        max_states: usize,
-        budget: &Budget,
-    ) -> Result<Dfa, String> {
+    pub(crate) fn from_regex(pat: &str, max_states: usize, budget: &Budget) -> Result<Dfa, String> {
         let re = dense::Builder::new()
             .configure(
                 dense::Config::new()
@@ -324,11 +320,7 @@ impl Dfa {
     /// over the positions: a state is the set of end offsets of the occurrences of the
     /// text read so far that start at a boundary, and accepts when one of them ends at a
     /// boundary. Err beyond `max_states` states or when the step budget is spent.
-    pub(crate) fn word_spans(
-        doc: &str,
-        max_states: usize,
-        budget: &Budget,
-    ) -> Result<Dfa, String> {
+    pub(crate) fn word_spans(doc: &str, max_states: usize, budget: &Budget) -> Result<Dfa, String> {
         let bytes = doc.as_bytes();
         let n = bytes.len();
         let mut starts = Vec::new();

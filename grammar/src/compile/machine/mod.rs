@@ -142,11 +142,7 @@ fn is_ws(b: u8) -> bool {
 impl Machine {
     /// Builds the tables the steps read; the shortest-length pass stops with the step limit
     /// error once the budget is spent.
-    pub(crate) fn new(
-        ir: Ir,
-        ws: Whitespace,
-        budget: &Budget,
-    ) -> Result<Machine, CompileError> {
+    pub(crate) fn new(ir: Ir, ws: Whitespace, budget: &Budget) -> Result<Machine, CompileError> {
         let ws_max = match ws {
             Whitespace::Compact => 0,
             Whitespace::Flexible { max_run } => max_run,
