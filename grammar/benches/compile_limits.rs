@@ -7,6 +7,7 @@
 //! ```text
 //! cargo bench -p formwork-grammar --bench compile_limits
 //! FORMWORK_BENCH_STEPS=50000000  the step limit to compile under (default: Limits::default)
+//! FORMWORK_BENCH_FILTER=patterns  only the cases whose name contains this text
 //! ```
 //!
 //! A plain harness, one thread: one line per schema, `compiled` or the limit it hit.
@@ -94,7 +95,11 @@ fn main() {
         "step limit {}\n{:<28} {:>10} {:>12} {:>12}  result",
         cfg.limits.steps, "schema", "ms", "steps", "ms/M steps"
     );
+    let filter = std::env::var("FORMWORK_BENCH_FILTER").unwrap_or_default();
     for (name, s) in cases {
+        if !name.contains(&filter) {
+            continue;
+        }
         let t0 = Instant::now();
         let r = compile(&s, &cfg);
         let ms = t0.elapsed().as_secs_f64() * 1e3;

@@ -40,10 +40,11 @@ pub struct Limits {
     /// disjointness test compares; one per subschema read and per node of a
     /// shortest-length sweep. A count, not a clock: the same schema takes the same
     /// steps, and stops at the same place, on any machine under any load
-    /// ([`Stats::steps`](crate::compile::Stats::steps) tells what a schema took). A
-    /// step is 1 to 50 ns in a release build; the default, 200M, is 4 to 9 s of the
-    /// slowest passes (`cargo bench -p formwork-grammar --bench compile_limits`) and 40x
-    /// the most any JSONSchemaBench schema takes (4.7M, `Github_hard/o21072.json`).
+    /// ([`Stats::steps`](crate::compile::Stats::steps) tells what a schema took). In a
+    /// release build a step of the heavy passes is 5 to 20 ns, so the default, 200M, is
+    /// 3 to 4 s of them on a 2026 server core (`cargo bench -p formwork-grammar --bench
+    /// compile_limits`), and 40x the most any JSONSchemaBench schema takes (4.7M,
+    /// `Github_hard/o21072.json`).
     pub steps: u64,
     /// States of the span automaton of one document (`x-formwork-source`): about two
     /// per document byte.

@@ -242,13 +242,17 @@ impl<'a> Builder<'a> {
             alts.push(Alt::Arr(self.ir.arrs.len() as u32 - 1));
         }
         if t.t & T_OBJ != 0 {
+            // By name, not by scanning: linear in the properties (see `prop_index`).
+            let listed = super::intersect::prop_index(t);
+            let req: HashSet<&str> = t.req.iter().map(String::as_str).collect();
             let mut names: Vec<(String, bool)> = t
                 .props
                 .iter()
-                .map(|(n, _)| (n.clone(), t.req.contains(n)))
+                .map(|(n, _)| (n.clone(), req.contains(n.as_str())))
                 .collect();
+            let mut named: HashSet<String> = names.iter().map(|(n, _)| n.clone()).collect();
             for r in &t.req {
-                if !names.iter().any(|(n, _)| n == r) {
+                if named.insert(r.clone()) {
                     names.push((r.clone(), true));
                 }
             }
@@ -269,7 +273,7 @@ impl<'a> Builder<'a> {
                     Err(more) => {
                         extra = None;
                         for n in more {
-                            if !names.iter().any(|(m, _)| *m == n) {
+                            if named.insert(n.clone()) {
                                 names.push((n, false));
                             }
                         }
@@ -278,7 +282,8 @@ impl<'a> Builder<'a> {
             }
             let mut props = Vec::new();
             for (n, required) in names {
-                let Some(mut k) = self.prop_key_full(t, &n).map_err(|e| at_ptr(e, ptr))? else {
+                let k = self.prop_key_listed(t, &n, listed.get(n.as_str()).copied());
+                let Some(mut k) = k.map_err(|e| at_ptr(e, ptr))? else {
                     self.unsupported("patternProperties", ptr, "a pattern the DFA cannot read")?;
                     continue;
                 };
