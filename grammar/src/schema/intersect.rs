@@ -8,12 +8,15 @@ use std::rc::Rc;
 use super::*;
 use crate::config::CompileError;
 
+/// A property's key in a conjunction, given its listed key if any (`Builder::prop_key_listed`).
+type PropKey<'k> = dyn FnMut(&Typed, &str, Option<&Key>) -> Result<Option<Key>, CompileError> + 'k;
+
 /// `a` and `b` together: `Ok(None)` when a pattern decides a merged property and cannot be
 /// read, `Ok(Some(None))` when nothing satisfies both.
 pub(super) fn intersect(
     a: &Typed,
     b: &Typed,
-    pk: &mut dyn FnMut(&Typed, &str, Option<&Key>) -> Result<Option<Key>, CompileError>,
+    pk: &mut PropKey<'_>,
 ) -> Result<Option<Option<Typed>>, CompileError> {
     let mut r = a.clone();
     r.t &= b.t;
