@@ -41,10 +41,10 @@ pub struct Limits {
     /// shortest-length sweep. A count, not a clock: the same schema takes the same
     /// steps, and stops at the same place, on any machine under any load
     /// ([`Stats::steps`](crate::compile::Stats::steps) tells what a schema took). In a
-    /// release build a step of the heavy passes is 5 to 20 ns, so the default, 200M, is
-    /// 3 to 4 s of them on a 2026 server core (`cargo bench -p formwork-grammar --bench
-    /// compile_limits`), and 40x the most any JSONSchemaBench schema takes (4.7M,
-    /// `Github_hard/o21072.json`).
+    /// release build a step of the heavy passes took 5 to 20 ns on the project's 2-core
+    /// machine (`cargo bench -p formwork-grammar --bench compile_limits`, 2026-12-05), so
+    /// the default, 200M, is 3 to 4 s of them; it is 40x the most any JSONSchemaBench
+    /// schema takes (4.7M steps, `Github_hard/o21072.json`).
     pub steps: u64,
     /// States of the span automaton of one document (`x-formwork-source`): about two
     /// per document byte.
@@ -125,7 +125,7 @@ fn at(pointer: &str) -> String {
 fn limit_message(what: &str, given: usize, limit: usize, pointer: &str) -> String {
     if what == CompileError::STEPS {
         format!(
-            "compile step limit of {limit} reached after {given} steps{} (Limits::steps)",
+            "compile step limit of {limit} reached after {given} steps{}",
             at(pointer)
         )
     } else {
