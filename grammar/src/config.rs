@@ -1,7 +1,7 @@
 //! What one compile is asked and how it fails: [`Config`] (whitespace, lenient, the
 //! [`Limits`]), [`Relaxed`] (a keyword lenient mode left to the validator),
 //! [`CompileError`] (every failure, at its JSON Pointer) and the compile's one step
-//! [`Budget`]. The schema reader ([`crate::schema`]), the lexical automata
+//! `Budget`. The schema reader ([`crate::schema`]), the lexical automata
 //! ([`crate::dfa`]) and the machine ([`crate::compile::machine`]) all import these from
 //! here, and [`crate::compile`] re-exports the public ones, so no stage imports another
 //! stage for its vocabulary.
