@@ -3,7 +3,12 @@
 //! `cargo run --release -p formwork-grammar --example coverage [-- DIR]`
 //! (DIR defaults to `$FORMWORK_SHARED/data/jsonschemabench`, else `../shared/...`).
 //! Prints, per subset, how many schemas compile strictly and leniently, the compile time
-//! p50/p99, and the most frequent reasons for refusal.
+//! p50/p99, the compile steps ([`Limits::steps`]) p99/max of what compiled, and the most
+//! frequent reasons for refusal. `COVERAGE_VERBOSE=1` also prints each refusal;
+//! `COVERAGE_STEPS=1` prints each schema's steps (strict, else lenient) for comparing
+//! runs.
+//!
+//! [`Limits::steps`]: formwork_grammar::compile::Limits::steps
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -62,11 +67,14 @@ fn main() {
         ..Config::default()
     };
     let mut all_times = Vec::new();
+    let mut all_steps = Vec::new();
+    let mut worst: Option<(u64, PathBuf)> = None;
+    let per_file = std::env::var_os("COVERAGE_STEPS").is_some();
     let mut reasons: HashMap<String, usize> = HashMap::new();
     let (mut tot, mut ok_s, mut ok_l) = (0usize, 0usize, 0usize);
     println!(
-        "{:<16} {:>6} {:>8} {:>8} {:>9} {:>9}",
-        "subset", "files", "strict", "lenient", "p50 ms", "p99 ms"
+        "{:<16} {:>6} {:>8} {:>8} {:>9} {:>9} {:>11} {:>11}",
+        "subset", "files", "strict", "lenient", "p50 ms", "p99 ms", "p99 steps", "max steps"
     );
     for sub in subsets {
         let mut files: Vec<PathBuf> = std::fs::read_dir(&sub)
@@ -77,6 +85,7 @@ fn main() {
         files.sort();
         let (mut n, mut s, mut l) = (0usize, 0usize, 0usize);
         let mut times = Vec::new();
+        let mut steps = Vec::new();
         for f in files {
             let Ok(text) = std::fs::read_to_string(&f) else {
                 continue;
@@ -89,46 +98,69 @@ fn main() {
             let r = compile(&schema, &strict);
             let ms = t0.elapsed().as_secs_f64() * 1e3;
             times.push(ms);
-            match r {
-                Ok(_) => {
+            let took = match r {
+                Ok(a) => {
                     s += 1;
                     l += 1;
+                    Some(a.stats().steps)
                 }
                 Err(e) => {
                     *reasons.entry(reason(&e)).or_default() += 1;
                     if std::env::var_os("COVERAGE_VERBOSE").is_some() {
                         println!("  {}: {e}", f.display());
                     }
-                    if compile(&schema, &lenient).is_ok() {
+                    compile(&schema, &lenient).ok().map(|a| {
                         l += 1;
-                    }
+                        a.stats().steps
+                    })
                 }
+            };
+            if let Some(n) = took {
+                if per_file {
+                    println!("  steps {n} {}", f.display());
+                }
+                if worst.as_ref().is_none_or(|w| n > w.0) {
+                    worst = Some((n, f.clone()));
+                }
+                steps.push(n as f64);
             }
         }
         let name = sub.file_name().unwrap().to_string_lossy().to_string();
         println!(
-            "{:<16} {:>6} {:>7.1}% {:>7.1}% {:>9.3} {:>9.3}",
+            "{:<16} {:>6} {:>7.1}% {:>7.1}% {:>9.3} {:>9.3} {:>11} {:>11}",
             name,
             n,
             100.0 * s as f64 / n.max(1) as f64,
             100.0 * l as f64 / n.max(1) as f64,
             pct(&mut times, 0.5),
-            pct(&mut times, 0.99)
+            pct(&mut times, 0.99),
+            pct(&mut steps, 0.99),
+            pct(&mut steps, 1.0)
         );
         tot += n;
         ok_s += s;
         ok_l += l;
         all_times.extend(times);
+        all_steps.extend(steps);
     }
     println!(
-        "{:<16} {:>6} {:>7.1}% {:>7.1}% {:>9.3} {:>9.3}",
+        "{:<16} {:>6} {:>7.1}% {:>7.1}% {:>9.3} {:>9.3} {:>11} {:>11}",
         "TOTAL",
         tot,
         100.0 * ok_s as f64 / tot.max(1) as f64,
         100.0 * ok_l as f64 / tot.max(1) as f64,
         pct(&mut all_times, 0.5),
-        pct(&mut all_times, 0.99)
+        pct(&mut all_times, 0.99),
+        pct(&mut all_steps, 0.99),
+        pct(&mut all_steps, 1.0)
     );
+    if let Some((n, f)) = worst {
+        println!(
+            "most steps: {n} of the limit's {} ({})",
+            strict.limits.steps,
+            f.display()
+        );
+    }
     let mut rs: Vec<(String, usize)> = reasons.into_iter().collect();
     rs.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     println!("\ntop reasons for refusal (strict):");

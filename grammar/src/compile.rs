@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::automaton::ByteAutomaton;
-use crate::config::Deadline;
+use crate::config::Budget;
 pub use crate::config::{CompileError, Config, Limits, Relaxed, Whitespace};
 use machine::{Machine, State};
 
@@ -43,6 +43,8 @@ pub struct Stats {
     /// Approximate heap bytes of the compiled automaton.
     pub bytes: usize,
     pub compile_us: u64,
+    /// Compile steps taken ([`Limits::steps`]): the same on every machine.
+    pub steps: u64,
     /// Shortest valid instance, in bytes.
     pub min_len: u64,
 }
@@ -66,8 +68,8 @@ struct SourceBase {
 /// Compiles a JSON Schema.
 pub fn compile(schema: &serde_json::Value, cfg: &Config) -> Result<Arc<Automaton>, CompileError> {
     let t0 = Instant::now();
-    let deadline = Deadline::new(cfg.limits.time_ms);
-    let b = crate::schema::Builder::new(schema, cfg, deadline)?;
+    let budget = Budget::new(cfg.limits.steps);
+    let b = crate::schema::Builder::new(schema, cfg, &budget)?;
     let (ir, relaxed) = b.build()?;
     let source = ir.strs.iter().any(|s| s.source.is_some()).then(|| {
         Box::new(SourceBase {
@@ -76,14 +78,17 @@ pub fn compile(schema: &serde_json::Value, cfg: &Config) -> Result<Arc<Automaton
             limits: cfg.limits.clone(),
         })
     });
-    let m = Machine::new(ir, cfg.whitespace, &deadline)?;
+    let m = Machine::new(ir, cfg.whitespace, &budget)?;
+    // Some steps are charged where no pointer is known and checked later: a compile that
+    // took more than the limit fails, whichever step went over.
+    budget.check(0, "")?;
     let root = &m.ir.nodes[m.ir.root as usize];
     if root.min_len == u64::MAX {
         return Err(CompileError::Empty {
             pointer: String::new(),
         });
     }
-    let stats = stats_of(&m, t0);
+    let stats = stats_of(&m, t0, &budget);
     Ok(Arc::new(Automaton {
         m,
         relaxed,
@@ -92,7 +97,7 @@ pub fn compile(schema: &serde_json::Value, cfg: &Config) -> Result<Arc<Automaton
     }))
 }
 
-fn stats_of(m: &Machine, t0: Instant) -> Stats {
+fn stats_of(m: &Machine, t0: Instant, budget: &Budget) -> Stats {
     let root = &m.ir.nodes[m.ir.root as usize];
     let ir = &m.ir;
     let dfa_bytes: usize = ir
@@ -119,6 +124,7 @@ fn stats_of(m: &Machine, t0: Instant) -> Stats {
                 .sum::<usize>()
             + ir.lens.len() * 64,
         compile_us: t0.elapsed().as_micros() as u64,
+        steps: budget.used(),
         min_len: root.min_len,
     }
 }
@@ -152,7 +158,8 @@ impl Automaton {
     /// give it its own [`crate::Grammar`], so the shared caches of the schema never see
     /// a document's states. Without marked strings it is `self`. Errors: the span
     /// automaton's size limit ([`Limits::source_states`]) or the product's
-    /// ([`Limits::dfa_states`]) at the keyword's pointer, and [`CompileError::NoSpan`]
+    /// ([`Limits::dfa_states`]) at the keyword's pointer, the step limit
+    /// ([`Limits::steps`], a budget of its own per document), and [`CompileError::NoSpan`]
     /// when the schema needs a marked string no span satisfies.
     pub fn with_source(self: &Arc<Self>, doc: &str) -> Result<Arc<Automaton>, CompileError> {
         use crate::dfa::{Dfa, LenTable};
@@ -163,7 +170,7 @@ impl Automaton {
         };
         let t0 = Instant::now();
         let lim = &base.limits;
-        let deadline = Deadline::new(lim.time_ms);
+        let budget = Budget::new(lim.steps);
         let mut ir = base.ir.clone();
         let mut spans: HashMap<SourceMode, Dfa> = HashMap::new();
         let mut joined: HashMap<(SourceMode, Option<u32>), Option<u32>> = HashMap::new();
@@ -189,11 +196,11 @@ impl Automaton {
                             SourceMode::Substring => {
                                 Dfa::substrings(doc.as_bytes(), lim.source_states)
                             }
-                            SourceMode::Words => Dfa::word_spans(doc, lim.source_states, &deadline),
+                            SourceMode::Words => Dfa::word_spans(doc, lim.source_states, &budget),
                         };
                         let span = built.map_err(|_| {
-                            if deadline.expired() {
-                                return deadline.error(&ptr);
+                            if budget.spent() {
+                                return budget.error(&ptr);
                             }
                             limit(
                                 "source automaton states",
@@ -207,10 +214,10 @@ impl Automaton {
                     let dfa = match ir.strs[i].dfa {
                         None => span.clone(),
                         Some(p) => span
-                            .product(&ir.dfas[p as usize], lim.dfa_states, &deadline)
+                            .product(&ir.dfas[p as usize], lim.dfa_states, &budget)
                             .map_err(|_| {
-                                if deadline.expired() {
-                                    return deadline.error(&ptr);
+                                if budget.spent() {
+                                    return budget.error(&ptr);
                                 }
                                 limit("DFA states", lim.dfa_states + 1, lim.dfa_states)
                             })?,
@@ -250,10 +257,10 @@ impl Automaton {
                     Some(&l) => l,
                     None => {
                         let lt =
-                            LenTable::build(&ir.dfas[d as usize], cap, lim.length_bits, &deadline)
+                            LenTable::build(&ir.dfas[d as usize], cap, lim.length_bits, &budget)
                                 .map_err(|_| {
-                                    if deadline.expired() {
-                                        return deadline.error(&ptr);
+                                    if budget.spent() {
+                                        return budget.error(&ptr);
                                     }
                                     limit(
                                         "DFA states x string lengths",
@@ -270,7 +277,8 @@ impl Automaton {
                 ir.strs[i].lens = Some(li);
             }
         }
-        let m = Machine::new(ir, base.whitespace, &deadline)?;
+        let m = Machine::new(ir, base.whitespace, &budget)?;
+        budget.check(0, "")?;
         if m.ir.nodes[m.ir.root as usize].min_len == u64::MAX {
             // Name a marked string that lost every text (the likely cause).
             let dead = marked
@@ -283,7 +291,7 @@ impl Automaton {
                 },
             });
         }
-        let stats = stats_of(&m, t0);
+        let stats = stats_of(&m, t0, &budget);
         Ok(Arc::new(Automaton {
             m,
             relaxed: self.relaxed.clone(),

@@ -1,12 +1,12 @@
 //! What one compile is asked and how it fails: [`Config`] (whitespace, lenient, the
 //! [`Limits`]), [`Relaxed`] (a keyword lenient mode left to the validator),
-//! [`CompileError`] (every failure, at its JSON Pointer) and the compile's one
-//! [`Deadline`]. The schema reader ([`crate::schema`]), the lexical automata
+//! [`CompileError`] (every failure, at its JSON Pointer) and the compile's one step
+//! `Budget`. The schema reader ([`crate::schema`]), the lexical automata
 //! ([`crate::dfa`]) and the machine ([`crate::compile::machine`]) all import these from
 //! here, and [`crate::compile`] re-exports the public ones, so no stage imports another
 //! stage for its vocabulary.
 
-use std::time::Instant;
+use std::cell::Cell;
 
 /// Whitespace between tokens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -33,8 +33,19 @@ pub struct Limits {
     pub dfa_states: usize,
     /// DFA states x (string length bound + 1) for pattern-with-length tables.
     pub length_bits: usize,
-    /// Wall-clock compile time in milliseconds.
-    pub time_ms: u64,
+    /// Work units of one compile, the step budget: about one per transition of a DFA
+    /// built (by regex-automata or here), per state of a length table's layer, per byte
+    /// class of a state's predecessors, per 8 bits of a length table; per property,
+    /// literal or pattern of the two conjunctions that one intersection, narrowing or
+    /// disjointness test compares; one per subschema read and per node of a
+    /// shortest-length sweep. A count, not a clock: the same schema takes the same
+    /// steps, and stops at the same place, on any machine under any load
+    /// ([`Stats::steps`](crate::compile::Stats::steps) tells what a schema took). In a
+    /// release build a step of the heavy passes took 5 to 20 ns on the project's 2-core
+    /// machine (`cargo bench -p formwork-grammar --bench compile_limits`, 2026-12-05), so
+    /// the default, 200M, is 3 to 4 s of them; it is 40x the most any JSONSchemaBench
+    /// schema takes (4.7M steps, `Github_hard/o21072.json`).
+    pub steps: u64,
     /// States of the span automaton of one document (`x-formwork-source`): about two
     /// per document byte.
     pub source_states: usize,
@@ -49,7 +60,7 @@ impl Default for Limits {
             alternatives: 256,
             dfa_states: 20_000,
             length_bits: 64 << 20,
-            time_ms: 5_000,
+            steps: 200_000_000,
             source_states: 400_000,
         }
     }
@@ -86,7 +97,7 @@ pub enum CompileError {
     },
     #[error("invalid schema at {pointer:?}: {msg}")]
     InvalidSchema { pointer: String, msg: String },
-    #[error("limit exceeded: {what} {given} > {limit}{}", at(.pointer))]
+    #[error("{}", limit_message(what, *given, *limit, pointer))]
     Limit {
         what: &'static str,
         given: usize,
@@ -111,49 +122,76 @@ fn at(pointer: &str) -> String {
     }
 }
 
-/// The wall-clock budget of one compile ([`Limits::time_ms`]), checked by every pass whose
-/// work can grow faster than the schema: reading combinators, narrowing `not`/`if`/`oneOf`,
-/// pattern DFAs and their products, length tables, shortest lengths.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Deadline {
-    start: Instant,
-    limit_ms: u64,
+fn limit_message(what: &str, given: usize, limit: usize, pointer: &str) -> String {
+    if what == CompileError::STEPS {
+        format!(
+            "compile step limit of {limit} reached after {given} steps{}",
+            at(pointer)
+        )
+    } else {
+        format!("limit exceeded: {what} {given} > {limit}{}", at(pointer))
+    }
 }
 
-impl Deadline {
-    pub(crate) fn new(limit_ms: u64) -> Deadline {
-        Deadline {
-            start: Instant::now(),
-            limit_ms,
+/// The step budget of one compile ([`Limits::steps`]), charged by every pass whose work
+/// can grow faster than the schema: reading subschemas and combinators, narrowing
+/// `not`/`if`/`oneOf`, pattern DFAs and their products, length tables, shortest lengths.
+/// One per compile, shared by reference (a `Cell`: a compile is one thread).
+#[derive(Debug)]
+pub(crate) struct Budget {
+    used: Cell<u64>,
+    limit: u64,
+}
+
+impl Budget {
+    pub(crate) fn new(limit: u64) -> Budget {
+        Budget {
+            used: Cell::new(0),
+            limit,
         }
     }
 
-    pub(crate) fn expired(&self) -> bool {
-        self.start.elapsed().as_millis() > u128::from(self.limit_ms)
+    /// Charges `n` steps; true once the budget is spent (more used than the limit).
+    pub(crate) fn charge(&self, n: u64) -> bool {
+        self.used.set(self.used.get().saturating_add(n));
+        self.spent()
     }
 
-    /// The time limit error, at `pointer`, once the budget is spent.
-    pub(crate) fn check(&self, pointer: &str) -> Result<(), CompileError> {
-        if self.expired() {
+    pub(crate) fn spent(&self) -> bool {
+        self.used.get() > self.limit
+    }
+
+    /// Steps charged so far.
+    pub(crate) fn used(&self) -> u64 {
+        self.used.get()
+    }
+
+    /// Charges `n` steps; the step limit error, at `pointer`, once the budget is spent.
+    pub(crate) fn check(&self, n: u64, pointer: &str) -> Result<(), CompileError> {
+        if self.charge(n) {
             return Err(self.error(pointer));
         }
         Ok(())
     }
 
     pub(crate) fn error(&self, pointer: &str) -> CompileError {
+        let sat = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
         CompileError::Limit {
-            what: "compile time (ms)",
-            given: self.start.elapsed().as_millis() as usize,
-            limit: self.limit_ms as usize,
+            what: CompileError::STEPS,
+            given: sat(self.used.get()),
+            limit: sat(self.limit),
             pointer: pointer.to_string(),
         }
     }
 }
 
 impl CompileError {
-    /// Is this the compile-time limit? (Passes that read other errors as "not sure" must
+    /// The `what` of the step limit's [`CompileError::Limit`] ([`Limits::steps`]).
+    pub const STEPS: &'static str = "compile steps";
+
+    /// Is this the compile step limit? (Passes that read other errors as "not sure" must
     /// still stop on this one.)
-    pub fn is_time_limit(&self) -> bool {
-        matches!(self, CompileError::Limit { what, .. } if what.starts_with("compile time"))
+    pub fn is_step_limit(&self) -> bool {
+        matches!(self, CompileError::Limit { what, .. } if *what == CompileError::STEPS)
     }
 }

@@ -6,11 +6,11 @@ use regex_automata::dfa::{dense, Automaton, StartKind};
 use regex_automata::util::{start, syntax};
 use regex_automata::Anchored;
 
-use crate::config::Deadline;
+use crate::config::Budget;
 
-/// Work items between two looks at the clock in the loops below.
-const CLOCK_EVERY: usize = 1024;
-const OUT_OF_TIME: &str = "out of compile time";
+/// The error of a loop below that spent the compile's step budget (the caller turns it
+/// into the step limit error at its pointer).
+const OUT_OF_STEPS: &str = "out of compile steps";
 
 /// State 0 is dead. `accept[s]`: the input read so far is a full match.
 #[derive(Debug, Clone)]
@@ -35,12 +35,9 @@ impl Dfa {
     }
 
     /// `pat` must already be anchored at both ends. Errors carry regex-automata's message.
-    /// (regex-automata's determinization is bounded by its size limits, not the deadline.)
-    pub(crate) fn from_regex(
-        pat: &str,
-        max_states: usize,
-        deadline: &Deadline,
-    ) -> Result<Dfa, String> {
+    /// (regex-automata's determinization is bounded by its size limits, not the step budget;
+    /// each state of the explicit DFA costs a step per byte class.)
+    pub(crate) fn from_regex(pat: &str, max_states: usize, budget: &Budget) -> Result<Dfa, String> {
         let re = dense::Builder::new()
             .configure(
                 dense::Config::new()
@@ -53,6 +50,10 @@ impl Dfa {
             .syntax(syntax::Config::new().utf8(true).unicode(true))
             .build(pat)
             .map_err(|e| e.to_string())?;
+        // The determinization, after the fact: a step per transition it built.
+        if budget.charge(re.memory_usage() as u64 / 4) {
+            return Err(OUT_OF_STEPS.into());
+        }
         let s0 = re
             .start_state(&start::Config::new().anchored(Anchored::Yes))
             .map_err(|e| e.to_string())?;
@@ -85,8 +86,8 @@ impl Dfa {
         accept.push(false);
         let mut i = 0;
         while i < order.len() {
-            if i % CLOCK_EVERY == 0 && deadline.expired() {
-                return Err(OUT_OF_TIME.into());
+            if budget.charge(nclasses as u64) {
+                return Err(OUT_OF_STEPS.into());
             }
             let s = order[i];
             let me = (i + 1) as usize;
@@ -133,7 +134,7 @@ impl Dfa {
         &self,
         o: &Dfa,
         max_states: usize,
-        deadline: &Deadline,
+        budget: &Budget,
     ) -> Result<Dfa, String> {
         let mut pair_class = std::collections::HashMap::new();
         let mut classes = [0u8; 256];
@@ -155,8 +156,8 @@ impl Dfa {
         let mut accept = vec![false, false];
         let mut i = 0;
         while i < order.len() {
-            if i % CLOCK_EVERY == 0 && deadline.expired() {
-                return Err(OUT_OF_TIME.into());
+            if budget.charge(nclasses as u64) {
+                return Err(OUT_OF_STEPS.into());
             }
             let (a, b) = order[i];
             let me = i + 1;
@@ -318,12 +319,8 @@ impl Dfa {
     /// the end or precedes a character that is not alphanumeric. By subset construction
     /// over the positions: a state is the set of end offsets of the occurrences of the
     /// text read so far that start at a boundary, and accepts when one of them ends at a
-    /// boundary. Err beyond `max_states` states or when `deadline` passes.
-    pub(crate) fn word_spans(
-        doc: &str,
-        max_states: usize,
-        deadline: &Deadline,
-    ) -> Result<Dfa, String> {
+    /// boundary. Err beyond `max_states` states or when the step budget is spent.
+    pub(crate) fn word_spans(doc: &str, max_states: usize, budget: &Budget) -> Result<Dfa, String> {
         let bytes = doc.as_bytes();
         let n = bytes.len();
         let mut starts = Vec::new();
@@ -349,8 +346,8 @@ impl Dfa {
         let mut i = 0;
         let mut by_class: Vec<Vec<u32>> = vec![Vec::new(); nclasses];
         while i < order.len() {
-            if i % CLOCK_EVERY == 0 && deadline.expired() {
-                return Err(OUT_OF_TIME.into());
+            if budget.charge((nclasses + order[i].len()) as u64) {
+                return Err(OUT_OF_STEPS.into());
             }
             let me = i + 1;
             let cur = std::mem::take(&mut order[i]);
@@ -500,14 +497,17 @@ impl LenTable {
         d: &Dfa,
         cap: u32,
         max_bits: usize,
-        deadline: &Deadline,
+        budget: &Budget,
     ) -> Result<LenTable, String> {
         let n = d.len();
         let words = cap as usize / 64 + 1;
         if n.saturating_mul(words * 64) > max_bits {
             return Err(format!("{} DFA states x {} lengths", n, cap + 1));
         }
-        // Distinct predecessors per state, by edge weight.
+        // Distinct predecessors per state, by edge weight: a step per byte and state.
+        if budget.charge(256 * n as u64) {
+            return Err(OUT_OF_STEPS.into());
+        }
         let mut pre: [Vec<Vec<u32>>; 2] = [vec![Vec::new(); n], vec![Vec::new(); n]];
         for s in 1..n {
             let mut e: Vec<(u32, u32)> = (0..=255u8)
@@ -559,8 +559,8 @@ impl LenTable {
                 if seq.len() > upto {
                     return Ok((seq, usize::MAX));
                 }
-                if deadline.expired() {
-                    return Err(OUT_OF_TIME.into());
+                if budget.charge(n as u64) {
+                    return Err(OUT_OF_STEPS.into());
                 }
                 seen.insert(last.clone(), seq.len() - 1);
                 let next = step(last);
@@ -580,6 +580,10 @@ impl LenTable {
         }
         let mut bits = vec![0u64; n * words];
         let (exact, c) = layers(close0(accept.clone()), cap as usize)?;
+        // A step per state and 8 lengths (a bit each).
+        if budget.charge(n as u64 * u64::from(cap) / 8) {
+            return Err(OUT_OF_STEPS.into());
+        }
         for k in 0..cap as usize {
             let l = &exact[at(&exact, c, k)];
             for s in (1..n).filter(|&s| has(l, s)) {
@@ -690,7 +694,7 @@ mod tests {
 
     #[test]
     fn length_tables_match_a_forward_search() {
-        let dl = Deadline::new(60_000);
+        let dl = Budget::new(u64::MAX);
         let pats = [
             r"^(?:aaa|aaaaa)*$",
             r"^[a-z][a-z0-9_]*$",
@@ -732,17 +736,17 @@ mod tests {
     fn a_long_length_bound_is_cheap() {
         // `format: uri` with `maxLength: 65536` (JsonSchemaStore sourcery_yaml_schema.json)
         // once propagated length sets around the DFA's cycles one length at a time.
-        let dl = Deadline::new(60_000);
+        let dl = Budget::new(u64::MAX);
         let re = crate::schema::pattern::format_regex("uri").unwrap();
         let d = Dfa::from_regex(&re, 20_000, &dl).unwrap();
-        let t0 = std::time::Instant::now();
+        let before = dl.used();
         let t = LenTable::build(&d, 65_537, 64 << 20, &dl).unwrap();
         assert!(t.any_in(d.start, 10, 65_536));
-        assert!(
-            t0.elapsed().as_secs_f64() < 2.0,
-            "{:?} for {} states",
-            t0.elapsed(),
-            d.len()
-        );
+        // A step per state for each layer, for each byte and for each 8 lengths: the
+        // layers repeat after a few dozen, where the old propagation went once round per
+        // length (65 536 layers).
+        let per_state = (dl.used() - before) / d.len() as u64;
+        let layers = per_state - 256 - 65_537 / 8;
+        assert!(layers <= 64, "{layers} layers for {} states", d.len());
     }
 }

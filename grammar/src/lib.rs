@@ -18,7 +18,7 @@
 //!    or refused with a one-line [`config::CompileError`] at its JSON Pointer.
 //!    *Cost:* about linear in the document; what can grow faster (distributing
 //!    combinators, narrowing, DFA products, length tables) is bounded by
-//!    [`config::Limits`] and one compile deadline, which fail with their numbers.
+//!    [`config::Limits`] and one compile step budget, which fail with their numbers.
 //! 2. **IR -> automaton** ([`compile`]: patterns and formats as DFAs over decoded bytes
 //!    in [`dfa`], exact numbers in [`num`], the frames in `compile::machine`). A
 //!    shortest-length pass gives every node its shortest text and drops the alternatives

@@ -262,17 +262,25 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Compiler {
     /// `whitespace`: `None` for the compact form (no whitespace at all), or the longest
     /// run of whitespace allowed between tokens. `lenient`: relax what cannot be enforced
-    /// (listed in `Grammar.relaxed`) instead of raising. `time_limit_ms`: the compile
-    /// time limit (default 5000).
+    /// (listed in `Grammar.relaxed`) instead of raising. `step_limit`: the compile step
+    /// budget per schema (default 200_000_000, `Limits::steps`: a count of work, the same
+    /// on every machine; over it, `CompileError` with `kind == "limit"` and the numbers).
+    /// `time_limit_ms`, the wall-clock limit it replaced, raises `TypeError`.
     #[new]
-    #[pyo3(signature = (tokenizer, *, whitespace=None, lenient=false, time_limit_ms=None, cache_size=1024))]
+    #[pyo3(signature = (tokenizer, *, whitespace=None, lenient=false, step_limit=None, cache_size=1024, time_limit_ms=None))]
     fn new(
         tokenizer: &Tokenizer,
         whitespace: Option<u32>,
         lenient: bool,
-        time_limit_ms: Option<u64>,
+        step_limit: Option<u64>,
         cache_size: usize,
-    ) -> Compiler {
+        time_limit_ms: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Compiler> {
+        if time_limit_ms.is_some() {
+            return Err(PyTypeError::new_err(
+                "time_limit_ms was replaced by step_limit (a count of compile work, default 200000000)",
+            ));
+        }
         let mut cfg = Config {
             whitespace: match whitespace {
                 None => Whitespace::Compact,
@@ -281,10 +289,10 @@ impl Compiler {
             lenient,
             ..Config::default()
         };
-        if let Some(ms) = time_limit_ms {
-            cfg.limits.time_ms = ms;
+        if let Some(n) = step_limit {
+            cfg.limits.steps = n;
         }
-        Compiler {
+        Ok(Compiler {
             trie: tokenizer.trie.clone(),
             cfg,
             cache_size: cache_size.max(1),
@@ -292,7 +300,7 @@ impl Compiler {
                 map: HashMap::new(),
                 order: VecDeque::new(),
             }),
-        }
+        })
     }
 
     /// Compiles `schema` (JSON text, or a dict). Raises `CompileError` with the keyword and JSON

@@ -119,6 +119,27 @@ def test_budget_steers_to_a_complete_instance(setup):
     assert m.is_accepting()
 
 
+def test_step_limit_is_an_error_with_its_numbers(setup):
+    tok, _, _ = setup
+    schema = {
+        "type": "object",
+        "properties": {f"p{i}": {"type": "string", "pattern": f"^[a-z]{{1,6}}(?:{i}|-{i})+$"} for i in range(40)},
+    }
+    # A count of work, not a clock: the same error, with the same numbers, every time.
+    errs = []
+    for _ in range(2):
+        with pytest.raises(formwork.CompileError) as e:
+            formwork.Compiler(tok, step_limit=1000).json_schema(schema)
+        errs.append(str(e.value))
+        assert e.value.kind == "limit"
+        assert e.value.pointer.startswith("/properties/p")
+    assert errs[0] == errs[1]
+    assert errs[0].startswith("compile step limit of 1000 reached after ") and "\n" not in errs[0]
+    formwork.Compiler(tok).json_schema(schema)
+    with pytest.raises(TypeError, match="step_limit"):
+        formwork.Compiler(tok, time_limit_ms=5000)
+
+
 def test_compile_error_carries_keyword_and_pointer(setup):
     tok, _, _ = setup
     c = formwork.Compiler(tok)

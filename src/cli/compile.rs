@@ -3,8 +3,11 @@
 //!
 //! ```text
 //! formwork compile --schema S [--model M | --tokenizer-from M] [--json] [--explain]
-//!                  [--lenient] [--accepts FILE|-] [--canonicalize]
+//!                  [--lenient] [--step-limit N] [--accepts FILE|-] [--canonicalize]
 //! ```
+//! The report gives the compile steps the schema took (`Limits::steps`, default 200M): a
+//! count of work, the same on every machine, so `--step-limit` set to it compiles the
+//! schema and one fewer is the step limit error.
 //! Exit codes: 0 compiled (and, with `--accepts`, the text accepted to the end), 1 the
 //! text was refused, 2 unsupported schema or bad input.
 //!
@@ -43,6 +46,10 @@ pub struct CompileArgs {
     /// Relax what the grammar cannot enforce (the validator alone enforces it) instead of failing.
     #[arg(long)]
     pub lenient: bool,
+    /// The compile step budget (a count of work, not time; default 200000000): over it,
+    /// the schema is refused with the step limit error, exit 2.
+    #[arg(long, value_name = "N")]
+    pub step_limit: Option<u64>,
     /// Replay this text (a file, or `-` for standard input) through the matcher.
     #[arg(long)]
     pub accepts: Option<String>,
@@ -110,10 +117,13 @@ pub fn run(args: CompileArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    let cfg = Config {
+    let mut cfg = Config {
         lenient: args.lenient,
         ..Config::default()
     };
+    if let Some(n) = args.step_limit {
+        cfg.limits.steps = n;
+    }
     let t0 = Instant::now();
     let automaton = match compile(&schema, &cfg) {
         Ok(a) => a,
@@ -140,6 +150,7 @@ pub fn run(args: CompileArgs) -> anyhow::Result<ExitCode> {
     let mut report = serde_json::json!({
         "ok": true,
         "compile_us": compile_us,
+        "compile_steps": stats.steps,
         "ir_nodes": stats.nodes,
         "dfas": stats.dfas,
         "dfa_states": stats.dfa_states,
@@ -149,12 +160,13 @@ pub fn run(args: CompileArgs) -> anyhow::Result<ExitCode> {
     });
     if !args.json {
         println!(
-            "ok: {} IR nodes, {} DFA states in {} DFAs, ~{} KiB, shortest instance {} bytes, compiled in {:.2} ms",
+            "ok: {} IR nodes, {} DFA states in {} DFAs, ~{} KiB, shortest instance {} bytes, compiled in {} steps, {:.2} ms",
             stats.nodes,
             stats.dfa_states,
             stats.dfas,
             stats.bytes / 1024,
             stats.min_len,
+            stats.steps,
             compile_us as f64 / 1000.0
         );
         for r in automaton.relaxed() {

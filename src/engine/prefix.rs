@@ -157,9 +157,12 @@ impl PrefixStore {
             let best_len = best.map_or(0, |b| b.1);
             let longer_coming = st.computing.iter().any(|c| c.len() > best_len && usable(c));
             if longer_coming {
+                // Nothing between the count going up and down can panic (a poisoned
+                // lock is taken over: every change under it is whole), so `waiting`
+                // stays exact.
+                let aside = formwork_models::group::step_aside();
                 st.stats.waited += 1;
                 st.waiting += 1;
-                let aside = formwork_models::group::step_aside();
                 st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
                 st.waiting -= 1;
                 drop(aside);

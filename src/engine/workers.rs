@@ -7,7 +7,7 @@
 
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
 
 use formwork_models::group::{BatchGroup, GroupStats};
 
@@ -90,7 +90,11 @@ pub fn run<J: Send, S: Clone + Send, R: Send>(
                 .spawn_scoped(scope, move || {
                     let _member = group.join();
                     while !stop.load(Ordering::SeqCst) && go_on() {
-                        let next = queue.lock().map(|mut q| q.next()).unwrap_or(None);
+                        // Taken over if poisoned: the lock guards one `next()`, which
+                        // either moved a job out or did not, so the queue is whole (a
+                        // poisoned lock used to read as empty: the jobs left were
+                        // dropped without a result).
+                        let next = queue.lock().unwrap_or_else(PoisonError::into_inner).next();
                         let Some((idx, job)) = next else { break };
                         if tx.send((idx, work(&mut engine, &mut state, job))).is_err() {
                             break;

@@ -250,9 +250,11 @@ impl<A: ByteAutomaton> Cache<A> {
         if !self.info[s as usize].filtered {
             // One call refuses, for this state, every byte outside the automaton's
             // allowed set: a new state then costs a step per *allowed* first byte
-            // instead of one per child of the trie root.
+            // instead of one per child of the trie root. Marked only once the call has
+            // returned: a panic in it leaves the row unfiltered, to be filtered again.
+            let allowed = a.allowed_bytes(&self.states[s as usize]);
             self.info[s as usize].filtered = true;
-            if let Some(set) = a.allowed_bytes(&self.states[s as usize]) {
+            if let Some(set) = allowed {
                 // Only this function writes transitions, and it filters a row before
                 // its first write: the row is all `UNKNOWN` here.
                 let r = self.row(s);

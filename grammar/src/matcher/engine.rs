@@ -1,8 +1,17 @@
 //! The erased interface a [`Grammar`](super::Grammar) holds ([`Engine`]), and its one
 //! implementation over any [`ByteAutomaton`] ([`Typed`]: the automaton and its cache
 //! behind one mutex, taken once per call).
+//!
+//! A panic while the mutex is held (a bug in an automaton's `step`, say) poisons it; the
+//! next call takes the cache over ([`Typed::cache`]) instead of failing every later
+//! request of the schema. That is sound because the cache only ever records finished
+//! facts: a state is interned whole (its id, hash, info and row are pushed together, with
+//! nothing that can panic between them), a transition, mask, keyed set or memo is written
+//! once its value is complete, and a state's row is marked filtered only after its
+//! allowed bytes are written. An interrupted call leaves at most work undone, which the
+//! next call redoes.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::cache::{Cache, FxMap, Info, Mask};
 use super::*;
@@ -35,13 +44,20 @@ pub(super) struct Typed<A: ByteAutomaton> {
     pub(super) start: u32,
 }
 
+impl<A: ByteAutomaton> Typed<A> {
+    /// The cache, taken over when a panic poisoned it (see the module docs).
+    fn cache(&self) -> MutexGuard<'_, Cache<A>> {
+        self.cache.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 impl<A: ByteAutomaton> Engine for Typed<A> {
     fn start(&self) -> u32 {
         self.start
     }
 
     fn step_bytes(&self, s: u32, bytes: &[u8]) -> Result<u32, usize> {
-        let mut c = self.cache.lock().unwrap();
+        let mut c = self.cache();
         let mut s = s;
         for (i, &b) in bytes.iter().enumerate() {
             let t = c.next(&self.automaton, s, b);
@@ -54,11 +70,11 @@ impl<A: ByteAutomaton> Engine for Typed<A> {
     }
 
     fn is_accepting(&self, s: u32) -> bool {
-        self.cache.lock().unwrap().accepting(&self.automaton, s)
+        self.cache().accepting(&self.automaton, s)
     }
 
     fn is_finished(&self, s: u32) -> bool {
-        let mut c = self.cache.lock().unwrap();
+        let mut c = self.cache();
         if !c.accepting(&self.automaton, s) {
             return false;
         }
@@ -66,19 +82,16 @@ impl<A: ByteAutomaton> Engine for Typed<A> {
     }
 
     fn min_completion(&self, s: u32) -> usize {
-        self.cache
-            .lock()
-            .unwrap()
-            .min_completion(&self.automaton, s) as usize
+        self.cache().min_completion(&self.automaton, s) as usize
     }
 
     fn shortest_completion(&self, s: u32) -> Vec<u8> {
-        let st = self.cache.lock().unwrap().states[s as usize].clone();
+        let st = self.cache().states[s as usize].clone();
         self.automaton.shortest_completion(&st)
     }
 
     fn forced_bytes(&self, s: u32) -> (Vec<u8>, u32) {
-        let mut c = self.cache.lock().unwrap();
+        let mut c = self.cache();
         let mut out = Vec::new();
         let mut s = s;
         while out.len() < MAX_FORCED {
@@ -94,7 +107,7 @@ impl<A: ByteAutomaton> Engine for Typed<A> {
     }
 
     fn register(&self, trie: &TokTrie) -> usize {
-        let mut c = self.cache.lock().unwrap();
+        let mut c = self.cache();
         let id = trie.unique_id();
         if let Some(i) = c.vocabs.iter().position(|(t, _)| *t == id) {
             return i;
@@ -106,7 +119,7 @@ impl<A: ByteAutomaton> Engine for Typed<A> {
     }
 
     fn mask(&self, s: u32, trie: &TokTrie, slot: usize, out: &mut TokenSet) {
-        let mut c = self.cache.lock().unwrap();
+        let mut c = self.cache();
         let cached = c.vocabs[slot].1.get(s as usize).and_then(|m| m.clone());
         let m = match cached {
             Some(m) => m,
@@ -127,13 +140,13 @@ impl<A: ByteAutomaton> Engine for Typed<A> {
     }
 
     fn mask_contains(&self, s: u32, slot: usize, tok: u32) -> Option<bool> {
-        let c = self.cache.lock().unwrap();
+        let c = self.cache();
         let m = c.vocabs[slot].1.get(s as usize)?.as_ref()?;
         Some(m.contains(tok))
     }
 
     fn steered_mask(&self, s: u32, trie: &TokTrie, slot: usize, limit: i64, out: &mut TokenSet) {
-        let mut c = self.cache.lock().unwrap();
+        let mut c = self.cache();
         out.clear();
         let a = &*self.automaton;
         c.for_each_token(a, s, &trie.full, &mut |c, tok, end| {
@@ -154,7 +167,7 @@ impl<A: ByteAutomaton> Engine for Typed<A> {
     }
 
     fn max_end_min(&self, s: u32, trie: &TokTrie, slot: usize) -> usize {
-        let mut c = self.cache.lock().unwrap();
+        let mut c = self.cache();
         if slot == 0 && c.info[s as usize].max_end_min != UNSET {
             return c.info[s as usize].max_end_min as usize;
         }
@@ -170,16 +183,11 @@ impl<A: ByteAutomaton> Engine for Typed<A> {
     }
 
     fn tok_cost(&self, s: u32, trie: &TokTrie, slot: usize) -> u32 {
-        self.cache
-            .lock()
-            .unwrap()
-            .tok_cost(&self.automaton, s, trie, slot)
+        self.cache().tok_cost(&self.automaton, s, trie, slot)
     }
 
     fn max_end_tok_cost(&self, s: u32, trie: &TokTrie, slot: usize) -> u32 {
-        self.cache
-            .lock()
-            .unwrap()
+        self.cache()
             .max_end_tok_cost(&self.automaton, s, trie, slot)
     }
 
@@ -189,7 +197,7 @@ impl<A: ByteAutomaton> Engine for Typed<A> {
         };
         let nodes = &trie.full.nodes;
         let base = nodes[root].depth();
-        let mut c = self.cache.lock().unwrap();
+        let mut c = self.cache();
         let a = &*self.automaton;
         let mut stack = vec![0u32; 257];
         stack[base] = s;
@@ -213,7 +221,7 @@ impl<A: ByteAutomaton> Engine for Typed<A> {
     }
 
     fn stats(&self) -> GrammarStats {
-        let c = self.cache.lock().unwrap();
+        let c = self.cache();
         let masks = c
             .vocabs
             .iter()

@@ -8,12 +8,15 @@ use std::rc::Rc;
 use super::*;
 use crate::config::CompileError;
 
+/// A property's key in a conjunction, given its listed key if any (`Builder::prop_key_listed`).
+type PropKey<'k> = dyn FnMut(&Typed, &str, Option<&Key>) -> Result<Option<Key>, CompileError> + 'k;
+
 /// `a` and `b` together: `Ok(None)` when a pattern decides a merged property and cannot be
 /// read, `Ok(Some(None))` when nothing satisfies both.
 pub(super) fn intersect(
     a: &Typed,
     b: &Typed,
-    pk: &mut dyn FnMut(&Typed, &str) -> Result<Option<Key>, CompileError>,
+    pk: &mut PropKey<'_>,
 ) -> Result<Option<Option<Typed>>, CompileError> {
     let mut r = a.clone();
     r.t &= b.t;
@@ -48,19 +51,27 @@ pub(super) fn intersect(
         .map(|i| union_key(&a.item_key(i), &b.item_key(i)))
         .collect();
     r.items = union_key(&a.items, &b.items);
+    // Looked up by name, not scanned: two objects of n properties each meet in O(n)
+    // (scanning made 30 000 properties a billion string comparisons, uncharged).
+    let (ia, ib) = (prop_index(a), prop_index(b));
+    let mut seen: HashSet<&str> = HashSet::with_capacity(a.props.len() + b.props.len());
     let mut props: Vec<(String, Key)> = Vec::new();
     for (name, _) in a.props.iter().chain(b.props.iter()) {
-        if props.iter().any(|(n, _)| n == name) {
+        if !seen.insert(name) {
             continue;
         }
-        let (Some(ka), Some(kb)) = (pk(a, name)?, pk(b, name)?) else {
+        let (Some(ka), Some(kb)) = (
+            pk(a, name, ia.get(name.as_str()).copied())?,
+            pk(b, name, ib.get(name.as_str()).copied())?,
+        ) else {
             return Ok(None);
         };
         props.push((name.clone(), union_key(&ka, &kb)));
     }
     r.props = props;
+    let mut req: HashSet<&str> = a.req.iter().map(String::as_str).collect();
     for q in &b.req {
-        if !r.req.contains(q) {
+        if req.insert(q) {
             r.req.push(q.clone());
         }
     }
@@ -98,6 +109,15 @@ pub(super) fn intersect(
     Ok(Some(Some(r)))
 }
 
+/// The key of each listed property by name (the first, as a scan finds it).
+pub(super) fn prop_index(t: &Typed) -> HashMap<&str, &Key> {
+    let mut m = HashMap::with_capacity(t.props.len());
+    for (n, k) in &t.props {
+        m.entry(n.as_str()).or_insert(k);
+    }
+    m
+}
+
 impl<'a> Builder<'a> {
     pub(super) fn conj(
         &mut self,
@@ -107,10 +127,13 @@ impl<'a> Builder<'a> {
     ) -> Result<Vec<Typed>, CompileError> {
         let mut out = Vec::new();
         for x in &a {
-            self.check_time(ptr)?;
+            let pairs: u64 = b.iter().map(|y| x.steps() + y.steps()).sum();
+            self.charge(1 + pairs, ptr)?;
             for y in b {
-                let r = intersect(x, y, &mut |t: &Typed, n: &str| self.prop_key_full(t, n))
-                    .map_err(|e| at_ptr(e, ptr))?;
+                let r = intersect(x, y, &mut |t: &Typed, n: &str, listed: Option<&Key>| {
+                    self.prop_key_listed(t, n, listed)
+                })
+                .map_err(|e| at_ptr(e, ptr))?;
                 match r {
                     Some(Some(z)) => out.push(z),
                     Some(None) => {}

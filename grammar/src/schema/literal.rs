@@ -18,6 +18,8 @@ impl<'a> Builder<'a> {
         v: &Value,
         superset: bool,
     ) -> Result<bool, CompileError> {
+        // Charged here, checked by the callers that know the pointer.
+        self.budget.charge(t.steps());
         if let Some(l) = &t.lits {
             if !l.iter().any(|w| json_eq(v, w)) {
                 return Ok(false);
@@ -147,11 +149,20 @@ impl<'a> Builder<'a> {
         t: &Typed,
         name: &str,
     ) -> Result<Option<Key>, CompileError> {
-        let listed = t
-            .props
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, k)| k.clone());
+        // The scan of the listed names, a step per 8 (checked by the callers).
+        self.budget.charge(1 + t.props.len() as u64 / 8);
+        let listed = t.props.iter().find(|(n, _)| n == name).map(|(_, k)| k);
+        self.prop_key_listed(t, name, listed)
+    }
+
+    /// [`Builder::prop_key_full`] with `name`'s listed key (`properties`) already found.
+    pub(super) fn prop_key_listed(
+        &mut self,
+        t: &Typed,
+        name: &str,
+        listed: Option<&Key>,
+    ) -> Result<Option<Key>, CompileError> {
+        let listed = listed.cloned();
         let mut matched = false;
         let mut k = listed.clone().unwrap_or_default();
         for (re, _, pk) in &t.pprops {

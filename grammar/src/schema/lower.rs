@@ -12,7 +12,7 @@ use crate::num;
 
 impl<'a> Builder<'a> {
     /// The DFA of the intersection of anchored regexes (`Ok(None)`: the language is empty;
-    /// `Err(msg)`: the regexes cannot be read). The outer error is the time limit alone.
+    /// `Err(msg)`: the regexes cannot be read). The outer error is the step limit alone.
     #[allow(clippy::type_complexity)]
     pub(super) fn dfa_for(
         &mut self,
@@ -24,11 +24,11 @@ impl<'a> Builder<'a> {
         if let Some(r) = self.dfa_memo.get(&key) {
             return Ok(Ok(*r));
         }
-        self.check_time("")?;
+        self.charge(1, "")?;
         let lim = self.cfg.limits.dfa_states;
-        let dl = self.deadline;
+        let dl = self.budget;
         let stop = |e: String| -> Result<Result<Option<u32>, String>, CompileError> {
-            if dl.expired() {
+            if dl.spent() {
                 Err(dl.error(""))
             } else {
                 Ok(Err(e))
@@ -40,8 +40,8 @@ impl<'a> Builder<'a> {
         order.sort_by_key(|r| r.starts_with(pattern::NOT));
         for r in order {
             let d = match r.strip_prefix(pattern::NOT) {
-                Some(r) => Dfa::from_regex(r, lim, &dl).map(|d| d.complement()),
-                None => Dfa::from_regex(r, lim, &dl),
+                Some(r) => Dfa::from_regex(r, lim, dl).map(|d| d.complement()),
+                None => Dfa::from_regex(r, lim, dl),
             };
             let d = match d {
                 Ok(d) => d,
@@ -49,7 +49,7 @@ impl<'a> Builder<'a> {
             };
             acc = Some(match acc {
                 None => d,
-                Some(a) => match a.product(&d, lim, &dl) {
+                Some(a) => match a.product(&d, lim, dl) {
                     Ok(p) => p,
                     Err(e) => return stop(e),
                 },
@@ -110,7 +110,7 @@ impl<'a> Builder<'a> {
         self.ir.root = self.node_for(vec![root]);
         while let Some((id, k)) = self.queue.pop_front() {
             let ptr = self.ir.nodes[id as usize].ptr.clone();
-            self.check_time(&ptr)?;
+            self.charge(1, &ptr)?;
             if self.ir.nodes.len() > self.cfg.limits.ir_nodes {
                 return Err(CompileError::Limit {
                     what: "IR nodes",
@@ -242,13 +242,17 @@ impl<'a> Builder<'a> {
             alts.push(Alt::Arr(self.ir.arrs.len() as u32 - 1));
         }
         if t.t & T_OBJ != 0 {
+            // By name, not by scanning: linear in the properties (see `prop_index`).
+            let listed = super::intersect::prop_index(t);
+            let req: HashSet<&str> = t.req.iter().map(String::as_str).collect();
             let mut names: Vec<(String, bool)> = t
                 .props
                 .iter()
-                .map(|(n, _)| (n.clone(), t.req.contains(n)))
+                .map(|(n, _)| (n.clone(), req.contains(n.as_str())))
                 .collect();
+            let mut named: HashSet<String> = names.iter().map(|(n, _)| n.clone()).collect();
             for r in &t.req {
-                if !names.iter().any(|(n, _)| n == r) {
+                if named.insert(r.clone()) {
                     names.push((r.clone(), true));
                 }
             }
@@ -269,7 +273,7 @@ impl<'a> Builder<'a> {
                     Err(more) => {
                         extra = None;
                         for n in more {
-                            if !names.iter().any(|(m, _)| *m == n) {
+                            if named.insert(n.clone()) {
                                 names.push((n, false));
                             }
                         }
@@ -278,7 +282,8 @@ impl<'a> Builder<'a> {
             }
             let mut props = Vec::new();
             for (n, required) in names {
-                let Some(mut k) = self.prop_key_full(t, &n).map_err(|e| at_ptr(e, ptr))? else {
+                let k = self.prop_key_listed(t, &n, listed.get(n.as_str()).copied());
+                let Some(mut k) = k.map_err(|e| at_ptr(e, ptr))? else {
                     self.unsupported("patternProperties", ptr, "a pattern the DFA cannot read")?;
                     continue;
                 };
@@ -377,11 +382,11 @@ impl<'a> Builder<'a> {
                             &self.ir.dfas[d as usize],
                             cap,
                             self.cfg.limits.length_bits,
-                            &self.deadline,
+                            self.budget,
                         )
                         .map_err(|_| {
-                            if self.deadline.expired() {
-                                return self.deadline.error(ptr);
+                            if self.budget.spent() {
+                                return self.budget.error(ptr);
                             }
                             CompileError::Limit {
                                 what: "DFA states x string lengths",

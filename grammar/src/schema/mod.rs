@@ -33,7 +33,7 @@ use std::rc::Rc;
 use num_bigint::BigInt;
 use serde_json::Value;
 
-use crate::config::{CompileError, Config, Deadline, Relaxed};
+use crate::config::{Budget, CompileError, Config, Relaxed};
 use crate::ir::*;
 use crate::num;
 
@@ -112,6 +112,17 @@ struct Typed {
 }
 
 impl Typed {
+    /// About the work of cloning or comparing this conjunction, in compile steps: one,
+    /// plus one per property, required name, literal, pattern and tuple item.
+    fn steps(&self) -> u64 {
+        (1 + self.props.len()
+            + self.req.len()
+            + self.lits.as_ref().map_or(0, |l| l.len())
+            + self.pats.len()
+            + self.prefix.len()
+            + self.pprops.len()) as u64
+    }
+
     /// The exact numeric bounds (see [`Typed::far`]).
     fn bounds_x(&self) -> (BigInt, BigInt) {
         match &self.far {
@@ -285,7 +296,7 @@ pub struct Builder<'a> {
     key_memo: HashMap<Key, Rc<Vec<Typed>>>,
     lit_ids: HashMap<Vec<u8>, u32>,
     len_memo: HashMap<(u32, u32), u32>,
-    deadline: Deadline,
+    budget: &'a Budget,
     depth: usize,
     fmt_lits: usize,
     /// Locations whose reading narrowed (`not`, `if`, a generic `oneOf`, here or in a
@@ -343,8 +354,10 @@ impl<'a> Builder<'a> {
         }
     }
 
-    fn check_time(&self, ptr: &str) -> Result<(), CompileError> {
-        self.deadline.check(ptr)
+    /// Charges `n` compile steps ([`crate::config::Limits::steps`]); the step limit
+    /// error at `ptr` once the budget is spent.
+    fn charge(&self, n: u64, ptr: &str) -> Result<(), CompileError> {
+        self.budget.check(n, ptr)
     }
 
     fn key_of(&mut self, ptr: &str) -> Key {
@@ -360,7 +373,7 @@ impl<'a> Builder<'a> {
             return Ok(r.clone());
         }
         let ptr = self.locs[loc as usize].clone();
-        self.check_time(&ptr)?;
+        self.charge(1, &ptr)?;
         if self.in_progress.contains(&loc) {
             return Err(CompileError::Unsupported {
                 keyword: "$ref".into(),

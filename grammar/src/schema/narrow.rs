@@ -58,6 +58,7 @@ impl<'a> Builder<'a> {
             let mut overlap = None;
             'o: for i in 0..narrowed.len() {
                 for j in 0..narrowed.len() {
+                    self.charge(1, &kp)?;
                     if i != j && !self.dnf_disjoint(&narrowed[i], &real[j], 3)? {
                         overlap = Some((i, j));
                         break 'o;
@@ -190,14 +191,14 @@ impl<'a> Builder<'a> {
     }
 
     /// Parts of `c` whose values all fail `y` (a subset of `c`; empty if none found).
-    /// Stops with the time limit error at `ptr` once the compile budget is spent.
+    /// Stops with the step limit error at `ptr` once the compile budget is spent.
     pub(super) fn narrow(
         &mut self,
         c: Typed,
         y: &Typed,
         ptr: &str,
     ) -> Result<Vec<Typed>, CompileError> {
-        self.check_time(ptr)?;
+        self.charge(c.steps() + y.steps(), ptr)?;
         if self.typed_disjoint(&c, y, 3)? {
             return Ok(vec![c]);
         }
@@ -291,14 +292,14 @@ impl<'a> Builder<'a> {
         Ok(r)
     }
 
-    /// `key_dnf` for passes that read an error as "not sure": only the time limit stops them.
+    /// `key_dnf` for passes that read an error as "not sure": only the step limit stops them.
     pub(super) fn key_dnf_or_unsure(
         &mut self,
         k: &Key,
     ) -> Result<Option<Rc<Vec<Typed>>>, CompileError> {
         match self.key_dnf(k) {
             Ok(d) => Ok(Some(d)),
-            Err(e) if e.is_time_limit() => Err(e),
+            Err(e) if e.is_step_limit() => Err(e),
             Err(_) => Ok(None),
         }
     }
@@ -345,6 +346,9 @@ impl<'a> Builder<'a> {
         b: &Typed,
         depth: u32,
     ) -> Result<bool, CompileError> {
+        // Charged here, checked by the callers that know the pointer (`narrow`, the
+        // `oneOf` overlap test, `dnf`).
+        self.budget.charge(a.steps() + b.steps());
         // Literal sets decide alone.
         if let Some(la) = a.lits.clone() {
             for v in &la {

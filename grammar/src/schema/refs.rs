@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use serde_json::Value;
 
 use super::*;
-use crate::config::{CompileError, Config, Deadline};
+use crate::config::{Budget, CompileError, Config};
 
 pub(super) fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
@@ -34,7 +34,7 @@ impl<'a> Builder<'a> {
     pub(crate) fn new(
         root: &'a Value,
         cfg: &'a Config,
-        deadline: Deadline,
+        budget: &'a Budget,
     ) -> Result<Builder<'a>, CompileError> {
         let draft = match root.get("$schema").and_then(Value::as_str) {
             Some(s) if s.contains("draft-04") || s.contains("draft-03") => Draft::D4,
@@ -61,7 +61,7 @@ impl<'a> Builder<'a> {
             key_memo: HashMap::new(),
             lit_ids: HashMap::new(),
             len_memo: HashMap::new(),
-            deadline,
+            budget,
             depth: 0,
             fmt_lits: 0,
             inexact: HashSet::new(),

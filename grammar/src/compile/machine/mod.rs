@@ -16,7 +16,7 @@
 //! **Invariant:** for every state, `allowed_bytes` is exactly the set of bytes `step`
 //! takes, and `shortest_completion` is a byte path that `step` takes to acceptance.
 
-use crate::config::{CompileError, Deadline, Whitespace};
+use crate::config::{Budget, CompileError, Whitespace};
 use crate::num;
 
 mod array;
@@ -140,13 +140,9 @@ fn is_ws(b: u8) -> bool {
 }
 
 impl Machine {
-    /// Builds the tables the steps read; the shortest-length pass stops with the time limit
-    /// error once `deadline` passes.
-    pub(crate) fn new(
-        ir: Ir,
-        ws: Whitespace,
-        deadline: &Deadline,
-    ) -> Result<Machine, CompileError> {
+    /// Builds the tables the steps read; the shortest-length pass stops with the step limit
+    /// error once the budget is spent.
+    pub(crate) fn new(ir: Ir, ws: Whitespace, budget: &Budget) -> Result<Machine, CompileError> {
         let ws_max = match ws {
             Whitespace::Compact => 0,
             Whitespace::Flexible { max_run } => max_run,
@@ -161,7 +157,7 @@ impl Machine {
             plain_dfa: Vec::new(),
             prop_tries: Vec::new(),
         };
-        m.compute_min_lens(deadline)?;
+        m.compute_min_lens(budget)?;
         for o in &m.ir.objs {
             let n = o.props.len();
             let mut sl = vec![0u32; n + 1];

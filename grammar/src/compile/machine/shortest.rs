@@ -6,7 +6,7 @@
 
 use super::string::{cont_ok, lead};
 use super::{ArrPh, Frame, Machine, ObjPh, State, Thread, EXTRA};
-use crate::config::{CompileError, Deadline};
+use crate::config::{Budget, CompileError};
 use crate::ir::{Alt, NodeId};
 use crate::num;
 
@@ -426,8 +426,8 @@ impl Machine {
     /// Shortest lengths of every node (a fixpoint: recursion through children), then drop
     /// the alternatives that have no valid text. Lengths only fall, and children are
     /// numbered after their parents, so sweeping from the last node converges in a few
-    /// sweeps; the deadline bounds the rest (one sweep per cycle length at worst).
-    pub(super) fn compute_min_lens(&mut self, deadline: &Deadline) -> Result<(), CompileError> {
+    /// sweeps; the step budget bounds the rest (one sweep per cycle length at worst).
+    pub(super) fn compute_min_lens(&mut self, budget: &Budget) -> Result<(), CompileError> {
         const INF: u64 = u64::MAX;
         let mut leaf: std::collections::HashMap<Alt, u64> = std::collections::HashMap::new();
         for n in &self.ir.nodes {
@@ -437,7 +437,7 @@ impl Machine {
                 }
                 if matches!(a, Alt::Str(_)) {
                     // A bounded search per string spec, but there may be many.
-                    deadline.check(&n.ptr)?;
+                    budget.check(1, &n.ptr)?;
                 }
                 let l = self.alt_min_text(a).map_or(INF, |t| t.len() as u64);
                 leaf.insert(a, l);
@@ -447,9 +447,7 @@ impl Machine {
         loop {
             let mut changed = false;
             for i in (0..self.ir.nodes.len()).rev() {
-                if i % 1024 == 0 {
-                    deadline.check(&self.ir.nodes[i].ptr)?;
-                }
+                budget.check(1, &self.ir.nodes[i].ptr)?;
                 let mut best = INF;
                 for &a in &self.ir.nodes[i].alts {
                     let l = match a {
