@@ -151,10 +151,10 @@ fn bench_report_renders_in_a_browser() {
 
     let html = dir.join("index.html");
     let Some(bin) = chromium() else {
-        eprintln!(
+        common::skip::skipped(format_args!(
             "SKIPPED (browser part): no Chromium; install it (apt-get install chromium) \
              or set FORMWORK_CHROMIUM"
-        );
+        ));
         return;
     };
     let profile = dir.join("chromium-profile");

@@ -1,5 +1,7 @@
 //! `formwork models list|fetch`, run as the built binary.
 
+#[path = "support/skip.rs"]
+mod skip;
 use std::process::Command;
 
 fn formwork() -> Command {
@@ -20,10 +22,10 @@ fn list_shows_the_default_model_present() {
     let home = real_home();
     let file = home.join("models/qwen2.5-coder-0.5b/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
     if !file.is_file() {
-        eprintln!(
+        skip::skipped(format_args!(
             "SKIPPED: {} is absent; run `formwork models fetch`",
             file.display()
-        );
+        ));
         return;
     }
     let out = formwork()
@@ -78,10 +80,10 @@ fn fetch_of_a_present_model_does_nothing() {
     let home = real_home();
     let file = home.join("models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf");
     if !file.is_file() {
-        eprintln!(
+        skip::skipped(format_args!(
             "SKIPPED: {} is absent; run `formwork models fetch`",
             file.display()
-        );
+        ));
         return;
     }
     let before = std::fs::metadata(&file).unwrap().modified().unwrap();

@@ -21,7 +21,7 @@ fn python() -> Option<PathBuf> {
         None => {
             let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv-test/bin/python");
             if !venv.exists() {
-                eprintln!("SKIPPED: no Python for schemathesis; run scripts/test, or set FORMWORK_TEST_PYTHON");
+                common::skip::skipped(format_args!("SKIPPED: no Python for schemathesis; run scripts/test, or set FORMWORK_TEST_PYTHON"));
                 return None;
             }
             venv

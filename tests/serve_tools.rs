@@ -614,7 +614,7 @@ fn python() -> Option<std::path::PathBuf> {
         None => {
             let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv-test/bin/python");
             if !venv.exists() {
-                eprintln!("SKIPPED: no Python for the tools clients; run scripts/test, or set FORMWORK_TEST_PYTHON to a python with tests/data/serve/requirements.txt installed");
+                common::skip::skipped(format_args!("SKIPPED: no Python for the tools clients; run scripts/test, or set FORMWORK_TEST_PYTHON to a python with tests/data/serve/requirements.txt installed"));
                 return None;
             }
             venv

@@ -11,6 +11,8 @@
 //! (`http://localhost:1234/...`) fail by design, as formwork never fetches a remote `$ref`
 //! (the schema does not compile, and every test of the group counts as failed).
 
+#[path = "support/skip.rs"]
+mod skip;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -128,10 +130,10 @@ fn run_file(path: &Path, draft: Draft, failures: &mut Vec<String>, rel: &str) ->
 fn json_schema_test_suite_against_the_baseline() {
     let root = shared().join("data/json-schema-test-suite/tests");
     if !root.is_dir() {
-        eprintln!(
+        skip::skipped(format_args!(
             "SKIPPED: {} not found; set FORMWORK_SHARED to a copy of shared/ to run the suite",
             root.display()
-        );
+        ));
         return;
     }
     let mut results: BTreeMap<String, Count> = BTreeMap::new();

@@ -7,6 +7,8 @@
 //! does not work is a failure), else `.venv-test/bin/python` at the repository root.
 //! Without either the round trip says SKIPPED.
 
+#[path = "../../tests/support/skip.rs"]
+mod skip;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -92,9 +94,9 @@ fn python() -> Option<PathBuf> {
     if venv.exists() {
         return Some(venv);
     }
-    eprintln!(
+    skip::skipped(format_args!(
         "SKIPPED: no Python for the Pydantic round trip; run scripts/test, or set FORMWORK_TEST_PYTHON to a python with pydantic and email-validator"
-    );
+    ));
     None
 }
 

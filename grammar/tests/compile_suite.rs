@@ -9,6 +9,8 @@
 //! listed ones that are now accepted are printed so the list can shrink.
 //! `FORMWORK_SUITE_BLESS=1` rewrites the list.
 
+#[path = "../../tests/support/skip.rs"]
+mod skip;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -25,10 +27,10 @@ fn shared() -> PathBuf {
 fn test_suite_valid_accepted_invalid_refused() {
     let root = shared().join("data/json-schema-test-suite/tests");
     if !root.is_dir() {
-        eprintln!(
+        skip::skipped(format_args!(
             "SKIPPED: {} not found; set FORMWORK_SHARED to a copy of the shared folder",
             root.display()
-        );
+        ));
         return;
     }
     let mut unsound = Vec::new();

@@ -154,7 +154,7 @@ fn corpus() -> Vec<(String, Value)> {
         }
     }
     if bench.is_empty() {
-        eprintln!("SKIPPED (bench part): no schemas under {root:?}; set FORMWORK_SHARED to a folder holding data/jsonschemabench");
+        matcher_support::skip::skipped(format_args!("SKIPPED (bench part): no schemas under {root:?}; set FORMWORK_SHARED to a folder holding data/jsonschemabench"));
     }
     bench.sort();
     let step = (bench.len() / n.max(1)).max(1);

@@ -8,6 +8,8 @@
 //! skipped with a message when absent): all of them, in about a minute (see
 //! [`jsonschemabench`] for the knobs).
 
+#[path = "../../tests/support/skip.rs"]
+mod skip;
 use std::path::{Path, PathBuf};
 
 use formwork_grammar::compile::{compile, Automaton, Config};
@@ -215,10 +217,10 @@ fn jsonschemabench() {
 
     let dir = shared().join("data/jsonschemabench");
     if !dir.is_dir() {
-        eprintln!(
+        skip::skipped(format_args!(
             "SKIPPED: {} not found; set FORMWORK_SHARED to a copy of the shared folder (the one holding data/jsonschemabench)",
             dir.display()
-        );
+        ));
         return;
     }
     let walks: usize = std::env::var("FORMWORK_WALKS")

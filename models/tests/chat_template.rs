@@ -167,10 +167,10 @@ fn smollm2_default_system_prompt_and_no_generation_prompt() {
 fn smollm2_template_from_gguf() {
     let path = formwork_home().join("models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf");
     if !path.exists() {
-        eprintln!(
+        common::skip::skipped(format_args!(
             "SKIPPED: model not fetched ({}); run formwork models fetch smollm2-135m",
             path.display()
-        );
+        ));
         return;
     }
     let content = Content::read(&mut File::open(&path).unwrap()).unwrap();
@@ -305,10 +305,10 @@ fn qwen25_template_from_gguf() {
     let path =
         formwork_home().join("models/qwen2.5-coder-0.5b/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
     if !path.exists() {
-        eprintln!(
+        common::skip::skipped(format_args!(
             "SKIPPED: model not fetched ({}); run formwork models fetch qwen2.5-coder-0.5b",
             path.display()
-        );
+        ));
         return;
     }
     let content = Content::read(&mut File::open(&path).unwrap()).unwrap();

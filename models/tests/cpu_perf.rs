@@ -21,7 +21,9 @@ fn cpu_file_against_candle_path() {
     let name = std::env::var("FORMWORK_PERF_MODEL").unwrap_or("qwen2.5-coder-0.5b".into());
     let info = formwork_models::registry::lookup(&name).expect("a registry model name");
     if !formwork_models::registry::model_path(info).is_file() {
-        eprintln!("SKIPPED: {name} is absent; run `formwork models fetch {name}`");
+        common::skip::skipped(format_args!(
+            "SKIPPED: {name} is absent; run `formwork models fetch {name}`"
+        ));
         return;
     }
     let prompt = include_str!("../../benches/prompt.txt");

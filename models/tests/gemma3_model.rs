@@ -14,10 +14,10 @@ use candle_core::{Device, Tensor};
 use formwork_models::gemma3::{ModelWeights, Options};
 
 fn skip_note() {
-    eprintln!(
+    common::skip::skipped(format_args!(
         "SKIPPED: Gemma 3 GGUF not found; run `formwork models fetch gemma3-270m` \
          or set FORMWORK_GEMMA3_GGUF=/path/to/gemma-3-270m-q4_k_m.gguf"
-    );
+    ));
 }
 
 /// The model and its vocabulary (token strings from `tokenizer.ggml.tokens`).

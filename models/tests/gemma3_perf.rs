@@ -31,7 +31,7 @@ fn argmax(logits: &Tensor) -> u32 {
 #[ignore = "measurement: run with --ignored --nocapture"]
 fn gemma3_load_prefill_decode() {
     let Some(path) = common::gemma3_path() else {
-        eprintln!("SKIPPED: Gemma 3 GGUF not found; run `formwork models fetch gemma3-270m` or set FORMWORK_GEMMA3_GGUF");
+        common::skip::skipped(format_args!("SKIPPED: Gemma 3 GGUF not found; run `formwork models fetch gemma3-270m` or set FORMWORK_GEMMA3_GGUF"));
         return;
     };
     let requantize = std::env::var("FORMWORK_GEMMA3_REQUANTIZE").as_deref() != Ok("0");

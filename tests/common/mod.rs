@@ -1,5 +1,7 @@
 //! Helpers shared by the root crate's integration tests.
 
+#[path = "../support/skip.rs"]
+pub mod skip;
 use std::path::PathBuf;
 
 pub const SMOLLM2_FILE: &str = "models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -20,7 +22,9 @@ pub fn home_with_smollm2() -> Option<PathBuf> {
     if home.join(SMOLLM2_FILE).is_file() {
         Some(home)
     } else {
-        eprintln!("SKIPPED: smollm2-135m not fetched; run `formwork models fetch smollm2-135m`");
+        skip::skipped(format_args!(
+            "SKIPPED: smollm2-135m not fetched; run `formwork models fetch smollm2-135m`"
+        ));
         None
     }
 }
@@ -35,9 +39,9 @@ pub fn home_with_qwen() -> Option<PathBuf> {
     if home.join(QWEN_FILE).is_file() {
         Some(home)
     } else {
-        eprintln!(
+        skip::skipped(format_args!(
             "SKIPPED: qwen2.5-coder-0.5b not fetched; run `formwork models fetch qwen2.5-coder-0.5b`"
-        );
+        ));
         None
     }
 }

@@ -2,6 +2,8 @@
 //! product code: the real automata come from `compile`.
 #![allow(dead_code)]
 
+#[path = "../../../tests/support/skip.rs"]
+pub mod skip;
 use std::sync::Arc;
 
 use formwork_grammar::toktrie::TokTrie;
@@ -664,10 +666,10 @@ pub fn model_paths_noting_absent() -> Vec<(&'static str, std::path::PathBuf)> {
         let path = base.join(p);
         if !path.exists() {
             let dir = p.split('/').next().unwrap_or(p);
-            eprintln!(
+            skip::skipped(format_args!(
                 "SKIPPED ({n}): {} is absent; run `formwork models fetch {dir}` or set FORMWORK_MODELS to a folder holding {dir}/",
                 path.display()
-            );
+            ));
         }
     }
     model_paths()

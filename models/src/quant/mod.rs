@@ -913,9 +913,29 @@ mod x86 {
     );
 }
 
+// How a test says it skipped, shared with the test crates (tests/support/skip.rs).
+#[cfg(test)]
+#[path = "../../../tests/support/skip.rs"]
+mod test_skip;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use super::test_skip as skip;
+
+    /// The kernels a test loops over (`Isa::available()`), saying SKIPPED for the one
+    /// this CPU cannot run, so its absence is seen rather than passed.
+    fn kernels_here(test: &str) -> Vec<Isa> {
+        let isas = Isa::available();
+        if !isas.contains(&Isa::Avx512Vnni) {
+            skip::skipped(format_args!(
+                "SKIPPED (VNNI part of {test}): this CPU lacks AVX-512 VNNI, VL or BW; the \
+                 Avx512Vnni kernels were not run (checked: {isas:?})"
+            ));
+        }
+        isas
+    }
 
     /// A small deterministic generator (xorshift), so failures reproduce.
     struct Rng(u64);
@@ -1000,6 +1020,7 @@ mod tests {
 
     #[test]
     fn every_kernel_matches_the_reference() {
+        let isas = kernels_here("every_kernel_matches_the_reference");
         let mut rng = Rng(0x9e3779b97f4a7c15);
         // Odd row counts, several widths, one and several tokens (tiles of four rows or
         // four tokens, and their remainders). Widths are in blocks of the format: 32, or
@@ -1019,7 +1040,7 @@ mod tests {
                 let x: Vec<f32> = (0..n * cols).map(|_| rng.f32() * 3.0).collect();
                 let mut acts = Q8Acts::default();
                 acts.quantize(&x, n, cols);
-                for isa in Isa::available() {
+                for &isa in &isas {
                     let mut out = vec![0f32; rows * n];
                     w.dot_rows(isa, 0, &acts, &mut out);
                     // A split at row 1, as threads split the rows, gives the same numbers.
@@ -1057,6 +1078,7 @@ mod tests {
     /// any group of eight rows.
     #[test]
     fn interleaved_kernels_match_the_reference() {
+        let isas = kernels_here("interleaved_kernels_match_the_reference");
         let mut rng = Rng(0x2545f4914f6cdd1d);
         for f in FORMATS.into_iter().filter(|&f| packed::supports(f)) {
             for &(rows, blocks, n) in &[(8, 1, 1), (16, 3, 5), (24, 19, 9), (8, 28, 4), (16, 2, 2)]
@@ -1076,7 +1098,7 @@ mod tests {
                 let x: Vec<f32> = (0..n * cols).map(|_| rng.f32() * 3.0).collect();
                 let mut acts = Q8Acts::default();
                 acts.quantize(&x, n, cols);
-                for isa in Isa::available() {
+                for &isa in &isas {
                     let mut out = vec![0f32; rows * n];
                     w.dot_rows(isa, 0, &acts, &mut out);
                     let mut split = vec![0f32; (rows - 8) * n];

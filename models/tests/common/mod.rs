@@ -1,6 +1,8 @@
 //! Helpers shared by the model tests (each test file uses the ones it needs).
 #![allow(dead_code)]
 
+#[path = "../../../tests/support/skip.rs"]
+pub mod skip;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
@@ -35,10 +37,10 @@ pub fn smollm2_present() -> bool {
     std::env::set_var("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0");
     let path = registry::model_path(registry::lookup("smollm2-135m").unwrap());
     if !path.is_file() {
-        eprintln!(
+        skip::skipped(format_args!(
             "SKIPPED: {} is absent; run `formwork models fetch smollm2-135m` (or set FORMWORK_HOME)",
             path.display()
-        );
+        ));
     }
     path.is_file()
 }
@@ -65,10 +67,10 @@ pub fn qwen2_path() -> Option<PathBuf> {
         None => registry::model_path(registry::lookup("qwen2.5-coder-0.5b").unwrap()),
     };
     if !path.is_file() {
-        eprintln!(
+        skip::skipped(format_args!(
             "SKIPPED: {} is absent; run `formwork models fetch qwen2.5-coder-0.5b` (or set FORMWORK_HOME)",
             path.display()
-        );
+        ));
         return None;
     }
     Some(path)
@@ -124,10 +126,10 @@ pub fn load_registry(name: &str, options: LoadOptions) -> Option<LoadedModel> {
         "gemma3-270m" => {
             std::env::set_var("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0");
             let Some(path) = gemma3_path() else {
-                eprintln!(
+                skip::skipped(format_args!(
                     "SKIPPED: Gemma 3 GGUF not found; run `formwork models fetch gemma3-270m` \
                      or set FORMWORK_GEMMA3_GGUF=/path/to/gemma-3-270m-q4_k_m.gguf"
-                );
+                ));
                 return None;
             };
             path
@@ -379,10 +381,10 @@ pub fn llamacpp_vocab_dir() -> Option<PathBuf> {
     if dir.is_dir() {
         Some(dir)
     } else {
-        eprintln!(
+        skip::skipped(format_args!(
             "SKIPPED: llama.cpp's vocabularies are absent ({}); run scripts/llamacpp-vocab",
             dir.display()
-        );
+        ));
         None
     }
 }
