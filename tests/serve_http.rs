@@ -547,9 +547,18 @@ fn streaming_sends_role_deltas_finish_usage_and_done() {
     if common::home_with_smollm2().is_none() {
         return;
     }
-    let s = Server::start("stream", &["--keep-alive", "0.05"], &[]);
+    // The test hook pauses the engine for 1 s before its first pass: the stream is idle
+    // for that long after its role chunk, so a keep-alive comment is certain (tokens alone
+    // come faster than any interval, and a stream only pings when idle).
+    let s = Server::start(
+        "stream",
+        &["--keep-alive", "0.05"],
+        &[("FORMWORK_SERVE_TEST_HOOKS", "1")],
+    );
     let body = chat(
         json!({"stream": true, "stream_options": {"include_usage": true}, "max_completion_tokens": 60,
+        "messages": [{"role": "system", "content": "__formwork_test_pause_ms__ 1000"},
+                     {"role": "user", "content": "Give me a person."}],
         "response_format": {"type": "json_schema", "json_schema": {"name": "Person", "schema": person()}}}),
     );
     let (status, headers, data, pings) = read_sse(&s, &body);
@@ -560,7 +569,8 @@ fn streaming_sends_role_deltas_finish_usage_and_done() {
             .any(|(k, v)| k.eq_ignore_ascii_case("content-type")
                 && v.starts_with("text/event-stream"))
     );
-    // `--keep-alive 0.05` is raised to the server's floor of 100 ms.
+    // `--keep-alive 0.05` is raised to the server's floor of 100 ms (the default, 10 s,
+    // would send none in the 1 s pause).
     assert!(pings > 0, "no `: ping` keep-alive at a 100 ms interval");
     assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
     let chunks: Vec<Value> = data[..data.len() - 1]

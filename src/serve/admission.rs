@@ -198,6 +198,14 @@ pub(super) fn submit(
             .messages
             .iter()
             .any(|m| m.content == "__formwork_test_panic__");
+    let pause = (state.test_hooks)
+        .then(|| {
+            a.req.messages.iter().find_map(|m| {
+                let ms = m.content.strip_prefix("__formwork_test_pause_ms__ ")?;
+                ms.trim().parse().ok().map(std::time::Duration::from_millis)
+            })
+        })
+        .flatten();
     let job = Job {
         messages: a.req.messages.clone(),
         schema: a.schema.clone(),
@@ -219,6 +227,7 @@ pub(super) fn submit(
         deltas,
         reply: tx,
         panic,
+        pause,
     };
     ready
         .pool

@@ -45,6 +45,9 @@ pub struct Job {
     /// Test hook (debug builds, `FORMWORK_SERVE_TEST_HOOKS=1`): panic inside the engine
     /// thread.
     pub panic: bool,
+    /// Test hook (the same): wait this long before the first forward pass, so that a
+    /// stream is idle for a known time (its keep-alive comments are then certain).
+    pub pause: Option<std::time::Duration>,
 }
 
 #[derive(Debug)]
@@ -130,6 +133,7 @@ fn worker(
             deltas,
             reply,
             panic,
+            pause,
         } = job;
         opts.timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         opts.watch = Some(watch(cancel, deltas));
@@ -139,6 +143,9 @@ fn worker(
             let _member = group.join();
             if panic {
                 panic!("test hook: a panic inside the engine thread");
+            }
+            if let Some(p) = pause {
+                std::thread::sleep(p);
             }
             let constraint = match (&tools, &schema) {
                 (Some(t), _) => Constraint::Tools(&t.toolbox),

@@ -40,7 +40,10 @@ pub const OPEN_ROUTES: &[&str] = &["/health"];
 pub const TEST_ROUTES: &[(&str, &str)] = &[("POST", "/__test/panic"), ("POST", "/__test/poison")];
 
 /// Whether the test hooks are on: in debug builds (the tests'), when the variable
-/// `FORMWORK_SERVE_TEST_HOOKS` is `1`; never in a release build.
+/// `FORMWORK_SERVE_TEST_HOOKS` is `1`; never in a release build. Besides
+/// [`TEST_ROUTES`], two message contents: `__formwork_test_panic__` (a panic in the
+/// engine thread) and `__formwork_test_pause_ms__ N` (the engine waits N ms before its
+/// first pass).
 pub(super) fn test_hooks_enabled(var: Option<&str>) -> bool {
     cfg!(debug_assertions) && var == Some("1")
 }
