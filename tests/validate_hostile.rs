@@ -191,11 +191,12 @@ fn a_50_mb_string() {
     assert_eq!(errors[0].input.as_str().unwrap().chars().count(), 50);
     let rendered = formwork::validate::render_pydantic("T", errors);
     assert!(rendered.len() < 300, "{}", rendered.len());
-    // Tolerant extraction of a 50 MB text without any JSON in it stays linear.
-    let start = std::time::Instant::now();
-    let (verdict, _) = v.check_tolerant(&format!("{{{big}"));
+    // Tolerant extraction of a 50 MB text without any JSON in it finds nothing (that its
+    // scans stay linear is counted by the extractor's own tests, and timed by
+    // `cargo bench --bench validate_hostile`).
+    let (verdict, found) = v.check_tolerant(&format!("{{{big}"));
     assert!(matches!(verdict, Verdict::NotJson(_)));
-    assert!(start.elapsed().as_secs() < 30);
+    assert!(found.is_none());
 }
 
 #[test]

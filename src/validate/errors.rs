@@ -4,8 +4,9 @@
 //! | --- | --- | --- |
 //! | `required`, `dependentRequired`, `dependencies` | `missing` | Field required |
 //! | `additionalProperties`, `unevaluatedProperties` | `extra_forbidden` | Extra inputs are not permitted |
-//! | `type` | `int_type`, `float_type`, `string_type`, `bool_type`, `dict_type`, `list_type`, `none_required` | Input should be a valid integer |
-//! | `type` with several types | the first non-null one's name | Input should be a valid string or None |
+//! | `type` | `int_type`, `float_type`, `string_type`, `bool_type`, `dict_type` (`model_type` for an object schema with `properties`), `list_type`, `none_required` | Input should be a valid integer; Input should be an object; Input should be a valid array (Pydantic's JSON-mode words) |
+//! | `type: string` with `format` date, date-time, time, duration, uuid | `date_type`, `datetime_type`, `time_type`, `time_delta_type`, `uuid_type` | Input should be a valid date |
+//! | `type` with several types | the first non-null one's name | Input should be a valid integer or a valid string (`null` is named only alone) |
 //! | `maximum` / `minimum` | `less_than_equal` / `greater_than_equal` | Input should be less than or equal to 5000 |
 //! | `exclusiveMaximum` / `exclusiveMinimum` | `less_than` / `greater_than` | Input should be greater than 0 |
 //! | `multipleOf` | `multiple_of` | Input should be a multiple of 0.01 |
@@ -15,7 +16,10 @@
 //! | `enum` as a whole `$defs` entry (Pydantic's `Enum` class) | `enum` | Input should be 'a' or 'b' |
 //! | `maxItems` / `minItems` and properties | `too_long` / `too_short` | List should have at most 3 items after validation, not 5 |
 //! | `format` | `date_parsing`, `time_parsing`, `datetime_parsing`, `time_delta_parsing`, `uuid_parsing`, `url_parsing`, `ip_v4_address`, `ip_v6_address`, `email_parsing`, `hostname_parsing`, else `format_mismatch` | Input should be a valid date in the format YYYY-MM-DD |
-//! | `anyOf` / `oneOf` | the best-matching branch's errors, or one merged error | Input should be a valid integer or None |
+//! | `anyOf` / `oneOf` | as pydantic-core's unions: `Optional[X]` gives X's errors; a tagged union the tagged member's (`union_tag_invalid`, `union_tag_not_found`); any other every member's, under its name (see `unions.rs`) | `["code", "int"]` Input should be a valid integer |
+//!
+//! Errors come in the model's field order (`order.rs`). `tests/validate_pydantic.rs` checks
+//! all this against Pydantic's own `ValidationError`, and lists where formwork differs.
 //!
 //! Names with no pydantic-core counterpart (`unique_items`, `not`, `contains`, `one_of_multiple`,
 //! `false_schema`, ...) are snake_case and stable: tests pin them.
@@ -27,6 +31,7 @@ use serde_json::Value;
 use crate::pointer::{escape, unescape};
 
 use super::render::py_repr;
+use super::unions::{parent_path, schema_at, Union};
 use super::{LineError, LocItem};
 
 /// The longest string (in characters) kept in [`LineError::input`].
@@ -35,17 +40,22 @@ pub const INPUT_CUT: usize = 50;
 /// Map one jsonschema error to line errors (a few kinds give several, e.g. one
 /// `extra_forbidden` per unexpected key), appended to `out`. `root` is the validated
 /// instance, used to tell array indices from object keys in the location.
-pub fn map_error(err: &ValidationError<'_>, root: &Value, out: &mut Vec<LineError>) {
-    map_error_at(err, root, out, 0)
-}
-
-/// How many `anyOf`/`oneOf` levels are looked into for a best match; deeper unions give one
-/// `any_of`/`one_of` error. Bounds the recursion (and the stack) whatever the instance.
-const MAX_UNION_DEPTH: usize = 16;
-
-fn map_error_at(
+/// `schema` is the schema validated against (the keywords around an error are looked up
+/// in it: a model's `properties`, a union's `discriminator` and branches); `Value::Null`
+/// when unknown.
+pub fn map_error(
     err: &ValidationError<'_>,
     root: &Value,
+    schema: &Value,
+    out: &mut Vec<LineError>,
+) {
+    map_error_at(err, root, schema, out, 0)
+}
+
+pub(super) fn map_error_at(
+    err: &ValidationError<'_>,
+    root: &Value,
+    schema: &Value,
     out: &mut Vec<LineError>,
     union_depth: usize,
 ) {
@@ -58,24 +68,24 @@ fn map_error_at(
         let pointer = err.instance_path().to_string();
         let loc = loc_from_pointer(root, &pointer);
         let schema_path = err.schema_path().to_string();
-        map_union(
+        let union = Union {
             keyword,
             context,
-            &loc,
-            &schema_path,
-            err.instance(),
+            loc: &loc,
+            schema_path: &schema_path,
+            instance: err.instance(),
             root,
-            out,
-            union_depth,
-        );
+            schema,
+        };
+        union.map(out, union_depth);
         return;
     }
-    map_leaf(err, root, out)
+    map_leaf(err, root, schema, out)
 }
 
 /// Every kind but the unions: no recursion except `propertyNames`' single inner error.
 #[inline(never)]
-fn map_leaf(err: &ValidationError<'_>, root: &Value, out: &mut Vec<LineError>) {
+fn map_leaf(err: &ValidationError<'_>, root: &Value, schema: &Value, out: &mut Vec<LineError>) {
     let pointer = err.instance_path().to_string();
     let loc = loc_from_pointer(root, &pointer);
     let schema_path = err.schema_path().to_string();
@@ -114,7 +124,20 @@ fn map_leaf(err: &ValidationError<'_>, root: &Value, out: &mut Vec<LineError>) {
                 TypeKind::Single(t) => vec![*t],
                 TypeKind::Multiple(set) => set.into_iter().collect(),
             };
-            let (ty, msg) = type_message(&types);
+            let (mut ty, mut msg) = type_message(&types);
+            let here = schema_at(schema, parent_path(&schema_path));
+            // A Pydantic model (an object schema with `properties`) is `model_type`, a
+            // `dict[str, X]` is `dict_type`; both say "an object" in JSON mode.
+            if types == [JsonType::Object] && here.is_some_and(|s| s.get("properties").is_some()) {
+                ty = "model_type";
+            }
+            // A date, a UUID, ...: Pydantic's type is the format's, not `string_type`.
+            if types == [JsonType::String] {
+                let format = here.and_then(|s| s.get("format")).and_then(Value::as_str);
+                if let Some((t, m)) = format.and_then(format_type) {
+                    (ty, msg) = (t, m.to_string());
+                }
+            }
             out.push(line(loc, ty, msg, instance));
         }
         K::Maximum { limit } => out.push(line(
@@ -340,7 +363,7 @@ fn map_leaf(err: &ValidationError<'_>, root: &Value, out: &mut Vec<LineError>) {
         K::PropertyNames { error } => {
             // The inner error's instance is the key; locate it under the object.
             let mut inner = Vec::new();
-            map_error(error, &Value::Null, &mut inner);
+            map_error(error, &Value::Null, &Value::Null, &mut inner);
             for mut e in inner {
                 let mut l = loc.clone();
                 if let Some(key) = error.instance().as_str() {
@@ -393,113 +416,27 @@ fn map_leaf(err: &ValidationError<'_>, root: &Value, out: &mut Vec<LineError>) {
     }
 }
 
-/// `anyOf` / `oneOf` with no branch valid. Three cases, in order:
-/// 1. every branch fails with one error on the value itself about its type or literal
-///    (`Optional[int]`, a union of literals): one merged error, "Input should be a valid
-///    integer or None", typed after the first branch that is not `null`;
-/// 2. some branches accept the value's shape and fail deeper: the errors of the one among them
-///    with the fewest errors (the best match, as pydantic's tagged unions would pick);
-/// 3. otherwise one `any_of` / `one_of` error.
-#[allow(clippy::too_many_arguments)]
-fn map_union(
-    keyword: &str,
-    context: &[Vec<ValidationError<'static>>],
-    loc: &[LocItem],
-    schema_path: &str,
-    instance: &Value,
-    root: &Value,
-    out: &mut Vec<LineError>,
-    union_depth: usize,
-) {
-    let mut branch_lines: Vec<Vec<LineError>> = Vec::with_capacity(context.len());
-    if union_depth < MAX_UNION_DEPTH {
-        for branch in context {
-            let mut lines = Vec::new();
-            for e in branch {
-                map_error_at(e, root, &mut lines, union_depth + 1);
-            }
-            branch_lines.push(lines);
-        }
-    }
-    let shallow = |lines: &Vec<LineError>| {
-        lines.len() == 1
-            && lines[0].loc.as_slice() == loc
-            && (lines[0].r#type.ends_with("_type")
-                || lines[0].r#type == "none_required"
-                || lines[0].r#type == "literal_error"
-                || lines[0].r#type == "enum")
-    };
-    if !branch_lines.is_empty() && branch_lines.iter().all(shallow) {
-        let mut phrases: Vec<String> = Vec::new();
-        for l in &branch_lines {
-            let p = l[0]
-                .msg
-                .strip_prefix("Input should be ")
-                .unwrap_or(&l[0].msg)
-                .to_string();
-            if !phrases.contains(&p) {
-                phrases.push(p);
-            }
-        }
-        let ty = branch_lines
-            .iter()
-            .map(|l| l[0].r#type.as_str())
-            .find(|t| *t != "none_required")
-            .unwrap_or("none_required")
-            .to_string();
-        out.push(LineError {
-            loc: loc.to_vec(),
-            msg: format!("Input should be {}", join_or(&phrases)),
-            r#type: ty,
-            input: cut_input(instance),
-            schema_path: schema_path.to_string(),
-            fields: Vec::new(),
-        });
-        return;
-    }
-    let best = branch_lines
-        .iter()
-        .filter(|l| !l.is_empty() && !shallow(l))
-        .min_by_key(|l| l.len());
-    match best {
-        Some(lines) => out.extend(lines.iter().cloned()),
-        None => out.push(LineError {
-            loc: loc.to_vec(),
-            msg: format!(
-                "Input should match at least one schema in {keyword_name}",
-                keyword_name = if keyword == "any_of" {
-                    "anyOf"
-                } else {
-                    "oneOf"
-                }
-            ),
-            r#type: keyword.to_string(),
-            input: cut_input(instance),
-            schema_path: schema_path.to_string(),
-            fields: Vec::new(),
-        }),
-    }
-}
-
 fn type_name(t: JsonType) -> (&'static str, &'static str) {
     match t {
         JsonType::Integer => ("int_type", "a valid integer"),
         JsonType::Number => ("float_type", "a valid number"),
         JsonType::String => ("string_type", "a valid string"),
         JsonType::Boolean => ("bool_type", "a valid boolean"),
-        JsonType::Object => ("dict_type", "a valid dictionary"),
-        JsonType::Array => ("list_type", "a valid list"),
+        JsonType::Object => ("dict_type", "an object"),
+        JsonType::Array => ("list_type", "a valid array"),
         JsonType::Null => ("none_required", "None"),
     }
 }
 
+/// `type` with several names: the others' phrases, `null` named only when alone (as
+/// Pydantic's `Optional[int]` says "Input should be a valid integer").
 fn type_message(types: &[JsonType]) -> (&'static str, String) {
     let mut ordered: Vec<JsonType> = types
         .iter()
         .copied()
         .filter(|t| *t != JsonType::Null)
         .collect();
-    if types.contains(&JsonType::Null) {
+    if ordered.is_empty() && types.contains(&JsonType::Null) {
         ordered.push(JsonType::Null);
     }
     let ty = ordered.first().map_or("none_required", |t| type_name(*t).0);
@@ -508,6 +445,21 @@ fn type_message(types: &[JsonType]) -> (&'static str, String) {
         .map(|t| type_name(*t).1.to_string())
         .collect();
     (ty, format!("Input should be {}", join_or(&phrases)))
+}
+
+/// The type error of a string with a `format` Pydantic parses into its own type.
+fn format_type(format: &str) -> Option<(&'static str, &'static str)> {
+    Some(match format {
+        "date" => ("date_type", "Input should be a valid date"),
+        "date-time" => ("datetime_type", "Input should be a valid datetime"),
+        "time" => ("time_type", "Input should be a valid time"),
+        "duration" => ("time_delta_type", "Input should be a valid timedelta"),
+        "uuid" => (
+            "uuid_type",
+            "UUID input should be a string, bytes or UUID object",
+        ),
+        _ => return None,
+    })
 }
 
 fn format_message(format: &str) -> (&'static str, String) {
@@ -570,7 +522,7 @@ fn or_list(values: &[Value]) -> String {
     join_or(&reprs)
 }
 
-fn join_or(items: &[String]) -> String {
+pub(super) fn join_or(items: &[String]) -> String {
     match items {
         [] => String::new(),
         [one] => one.clone(),

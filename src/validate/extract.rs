@@ -32,13 +32,20 @@ pub struct Extracted {
 
 /// Find the first balanced JSON object or array in `text` (see the module documentation).
 pub fn extract_json(text: &str) -> Option<Extracted> {
+    extract_counted(text, &mut 0)
+}
+
+/// [`extract_json`], adding to `scanned` every byte its bracket scans look at: at most
+/// `(MAX_STARTS + 1) x len` for a fence's search and the whole text's (the tests hold it to
+/// that, and `benches/validate_hostile.rs` times it).
+fn extract_counted(text: &str, scanned: &mut usize) -> Option<Extracted> {
     if let Some((start, end)) = fenced_block(text) {
-        if let Some(found) = extract_in(text, start, end, true) {
+        if let Some(found) = extract_in(text, start, end, true, scanned) {
             return Some(found);
         }
     }
     // No fence, or nothing in it: search the whole text.
-    extract_in(text, 0, text.len(), false)
+    extract_in(text, 0, text.len(), false, scanned)
 }
 
 /// Search `text[region_start..region_end]`; `stripped_fence` says that range is a fence's
@@ -48,6 +55,7 @@ fn extract_in(
     region_start: usize,
     region_end: usize,
     stripped_fence: bool,
+    scanned: &mut usize,
 ) -> Option<Extracted> {
     let region = &text[region_start..region_end];
     let bytes = region.as_bytes();
@@ -56,9 +64,10 @@ fn extract_in(
     let mut tried = 0;
     let mut i = 0;
     while i < bytes.len() && tried < MAX_STARTS {
+        *scanned += 1;
         if bytes[i] == b'{' || bytes[i] == b'[' {
             tried += 1;
-            match balanced_end(bytes, i) {
+            match balanced_end(bytes, i, scanned) {
                 Some(end) => {
                     let span = &region[i..end];
                     if first_balanced.is_none() {
@@ -122,20 +131,27 @@ fn fenced_block(text: &str) -> Option<(usize, usize)> {
 
 /// From an opener at `start`, the index just past its matching closer, skipping strings.
 /// `None` when the brackets never balance or a closer does not match its opener.
-fn balanced_end(bytes: &[u8], start: usize) -> Option<usize> {
+fn balanced_end(bytes: &[u8], start: usize, scanned: &mut usize) -> Option<usize> {
     let mut stack: Vec<u8> = Vec::new();
     let mut i = start;
-    while i < bytes.len() {
-        match bytes[i] {
+    let end = balanced_scan(bytes, &mut stack, &mut i);
+    *scanned += i.min(bytes.len()) + 1 - start;
+    end
+}
+
+fn balanced_scan(bytes: &[u8], stack: &mut Vec<u8>, at: &mut usize) -> Option<usize> {
+    let i = at;
+    while *i < bytes.len() {
+        match bytes[*i] {
             b'"' => {
-                i += 1;
-                while i < bytes.len() && bytes[i] != b'"' {
-                    if bytes[i] == b'\\' {
-                        i += 1;
+                *i += 1;
+                while *i < bytes.len() && bytes[*i] != b'"' {
+                    if bytes[*i] == b'\\' {
+                        *i += 1;
                     }
-                    i += 1;
+                    *i += 1;
                 }
-                if i >= bytes.len() {
+                if *i >= bytes.len() {
                     return None;
                 }
             }
@@ -146,12 +162,12 @@ fn balanced_end(bytes: &[u8], start: usize) -> Option<usize> {
                     return None;
                 }
                 if stack.is_empty() {
-                    return Some(i + 1);
+                    return Some(*i + 1);
                 }
             }
             _ => {}
         }
-        i += 1;
+        *i += 1;
     }
     None
 }
@@ -196,6 +212,32 @@ mod tests {
         assert_eq!(e.value_text, "{\"a\": 1}");
         assert!(!e.stripped_fence);
         assert!(e.had_surrounding_text);
+    }
+
+    #[test]
+    fn hostile_texts_cost_linear_scans() {
+        let big = "x".repeat(1 << 20);
+        let cases = [
+            // One opener that never closes: one scan of the text.
+            (format!("{{{big}"), 3),
+            // Openers everywhere: MAX_STARTS scans at most, each to the end.
+            ("[".repeat(1 << 16), MAX_STARTS + 2),
+            // A string that never ends after each opener.
+            (format!("{{\"{big}").repeat(4), 5),
+            // A fence around nothing, then the whole text again.
+            (format!("```\n{big}{{\n```"), 3),
+        ];
+        for (text, per_byte) in cases {
+            let mut scanned = 0;
+            let _ = extract_counted(&text, &mut scanned);
+            assert!(
+                scanned <= per_byte * text.len(),
+                "{} bytes, {scanned} scanned ({} per byte)",
+                text.len(),
+                scanned / text.len()
+            );
+            assert!(scanned >= text.len() / 2, "the scan was counted: {scanned}");
+        }
     }
 
     #[test]

@@ -68,9 +68,11 @@ use serde_json::Value;
 pub mod errors;
 pub mod extract;
 pub mod number;
+mod order;
 pub mod render;
 pub mod rules;
 pub mod source;
+mod unions;
 
 pub use extract::{extract_json, Extracted};
 pub use render::render_pydantic;
@@ -327,6 +329,9 @@ impl Verdict {
 /// Build once, check many texts; `Send + Sync`.
 pub struct Validator {
     schema: jsonschema::Validator,
+    /// The schema as given: errors look up the keywords around them (a model's
+    /// `properties`, a union's `discriminator`, its branches' names).
+    schema_value: Value,
     /// The same schema with `x-formwork-rules` live; `None` when the schema has no rules.
     rules: Option<jsonschema::Validator>,
     /// The same schema with `x-formwork-source` live against one document; `None`
@@ -411,6 +416,7 @@ impl Validator {
         };
         Ok(Validator {
             schema: compiled,
+            schema_value: schema.clone(),
             rules,
             source: None,
             title,
@@ -512,8 +518,9 @@ impl Validator {
         }
         let mut out = Vec::new();
         for err in self.schema.iter_errors(value) {
-            errors::map_error(&err, value, &mut out);
+            errors::map_error(&err, value, &self.schema_value, &mut out);
         }
+        order::in_field_order(&mut out, &self.schema_value);
         if !out.is_empty() {
             return Err(Verdict::SchemaInvalid(out));
         }

@@ -218,6 +218,8 @@ impl Op {
 /// A `when` or `assert` schema, compiled on its own with the root's definitions.
 struct Sub {
     validator: jsonschema::Validator,
+    /// The schema compiled (the wrapper): error schema paths are pointers into it.
+    schema: Value,
 }
 
 impl Sub {
@@ -240,10 +242,11 @@ impl Sub {
             wrapper.insert("definitions".into(), d.clone());
         }
         wrapper.insert("allOf".into(), Value::Array(vec![schema.clone()]));
+        let schema = Value::Object(wrapper);
         let validator = super::base_options(draft)
-            .build(&Value::Object(wrapper))
+            .build(&schema)
             .map_err(|e| format!("{at}: {}", super::schema_error_from_build(&e)))?;
-        Ok(Sub { validator })
+        Ok(Sub { validator, schema })
     }
 }
 
@@ -472,7 +475,7 @@ impl Rule {
             Body::Assert(sub) => {
                 let mut lines = Vec::new();
                 for err in sub.validator.iter_errors(instance) {
-                    errors::map_error(&err, instance, &mut lines);
+                    errors::map_error(&err, instance, &sub.schema, &mut lines);
                 }
                 let head = match &self.message {
                     Some(m) => m.clone(),
