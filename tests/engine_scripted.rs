@@ -1204,6 +1204,52 @@ fn free_decoding_ends_at_the_budget_without_a_wasted_pass() {
     assert_eq!(calls.len(), 1 + 3);
 }
 
+#[test]
+fn a_chat_answer_does_not_end_before_its_first_byte() {
+    // The model's best first token is EOS, then a control token, then "H"; after "H",
+    // EOS. An empty reply is no answer: EOS and the control token wait for a byte.
+    let is_special = |t: u32| t == u32::from(b'#');
+    let mut model = ScriptedModel::new(|h| {
+        if h.len() == PROMPT.len() {
+            prefer(&[EOS, b'#' as u32, b'H' as u32])
+        } else {
+            prefer(&[EOS])
+        }
+    });
+    let prompt: Vec<u32> = PROMPT.iter().map(|&b| b as u32).collect();
+    let logits = model.forward(&prompt, 0).unwrap();
+    let mut sampler = Sampler::new(Sampling::Greedy, 0);
+    let out = decode_free(
+        &mut model,
+        &ByteCodec::new(),
+        &mut sampler,
+        logits,
+        prompt.len(),
+        &DecodeOptions::default(),
+        Until::End {
+            is_special: &is_special,
+        },
+    )
+    .unwrap();
+    assert_eq!(String::from_utf8(out.bytes).unwrap(), "H");
+    assert_eq!(out.stop, Stop::Eos);
+    // Free decoding for JSON (the baseline) still takes the model's EOS as it comes.
+    let (out, _) = free_along(b"", 10, Until::FirstValue);
+    assert!(out.bytes.is_empty());
+    assert_eq!(out.stop, Stop::Eos);
+}
+
+#[test]
+fn a_tool_turn_does_not_end_before_it_says_anything() {
+    // EOS first at the start of a turn that may call or answer: the answer is the
+    // model's next best text, not an empty turn.
+    assert_eq!(tool_turn_run(&[EOS, b'H' as u32], false), "H");
+    assert_eq!(
+        tool_turn_run(&[EOS, b'<' as u32], false),
+        "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"city\":\"P\"}}\n</tool_call>"
+    );
+}
+
 /// A tool turn (one tool `get(city)`, calls or text) decoded with `first` the model's
 /// preference at the start, and the opener redirect on or off.
 fn tool_turn_run(first: &[u32], redirect: bool) -> String {

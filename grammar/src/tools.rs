@@ -7,7 +7,8 @@
 //! turn   := text? calls | text | json
 //! calls  := call ("\n" call)*                  (between min_calls and max_calls of them)
 //! call   := "<tool_call>\n{\"name\": \"" NAME "\", \"arguments\": " ARGS "}\n</tool_call>"
-//! text   := free text whose lines do not begin like a call; before calls it ends a line
+//! text   := free text, at least one byte, whose lines do not begin like a call; before
+//!           calls it ends a line
 //! json   := a JSON value of the answer schema (`response_format`), instead of text
 //! ```
 //!
@@ -42,6 +43,10 @@ pub const CALL_MID: &[u8] = b"\", \"arguments\": ";
 pub const CALL_CLOSE: &[u8] = b"}\n</tool_call>";
 /// Between two calls.
 pub const CALL_SEP: u8 = b'\n';
+
+/// The shortest text answer, written only when the budget leaves room for nothing else:
+/// an empty turn is not an answer (a client reads it as the model saying nothing).
+pub const SHORTEST_TEXT: &[u8] = b".";
 
 /// The first bytes free text may not start with (see the module docs).
 pub const TEXT_FORBIDDEN_START: &[u8] = b"{[<` \t\n\r";
@@ -411,7 +416,8 @@ impl ByteAutomaton for ToolTurn {
 
     fn is_accepting(&self, s: &TurnState) -> bool {
         match s {
-            TurnState::Start => matches!(self.answer, FinalAnswer::Text),
+            // An empty turn is no answer: text has at least one byte.
+            TurnState::Start => false,
             TurnState::Text(_) => true,
             TurnState::Answer(j) => match &self.answer {
                 FinalAnswer::Json(a) => a.is_accepting(j),
@@ -445,7 +451,7 @@ impl ByteAutomaton for ToolTurn {
                 });
                 let answer = match &self.answer {
                     FinalAnswer::None => None,
-                    FinalAnswer::Text => Some(Vec::new()),
+                    FinalAnswer::Text => Some(SHORTEST_TEXT.to_vec()),
                     FinalAnswer::Json(a) => Some(a.shortest_completion(&a.start())),
                 };
                 match (call, answer) {
@@ -641,7 +647,10 @@ mod tests {
         assert!(accepts(&t, &two));
         assert!(accepts(&t, &call("get", "{}")));
         assert!(accepts(&t, "It is sunny."));
-        assert!(accepts(&t, ""));
+        // An empty turn is no answer; the shortest is one byte.
+        assert!(!accepts(&t, ""));
+        assert!(accepts(&t, "."));
+        assert_eq!(t.shortest_completion(&t.start()), SHORTEST_TEXT);
         for bad in [
             "{\"name\": \"get\"}",
             "```json\n{}",

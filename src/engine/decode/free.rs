@@ -20,7 +20,8 @@ pub enum Until<'a> {
     /// is never read.
     FirstValue,
     /// Nothing else: prose, such as a chat answer. Tokens that `is_special` names
-    /// (control tokens other than EOS) add no bytes.
+    /// (control tokens other than EOS) add no bytes, and neither they nor EOS may come
+    /// before the answer's first byte.
     End { is_special: &'a dyn Fn(u32) -> bool },
 }
 
@@ -53,8 +54,15 @@ pub fn decode_free(
             out.stop = Stop::Cancelled;
             break;
         }
+        // A chat answer says something: before its first byte, neither EOS nor a
+        // control token (an empty reply is a bug to the client, not a turn).
+        let opening = matches!(until, Until::End { .. }) && out.bytes.is_empty();
+        let allowed = |t: u32| match until {
+            Until::End { is_special } if opening => !eos.contains(&t) && !is_special(t),
+            _ => true,
+        };
         let Some(tok) = sampler
-            .sample(&logits, |_| true)
+            .sample(&logits, allowed)
             .filter(|t| !eos.contains(t))
         else {
             out.stop = Stop::Eos;
