@@ -99,6 +99,9 @@ pub struct ToolTurn {
     answer: FinalAnswer,
     min_calls: u16,
     max_calls: u16,
+    /// Free text keeps the rules of a turn that may call (no line begins with `{`,
+    /// `[`, `<` or a backtick) even where no call is possible ([`ToolTurn::answer_only`]).
+    strict_text: bool,
 }
 
 /// A state of [`ToolTurn`].
@@ -193,6 +196,25 @@ impl ToolTurn {
             answer,
             min_calls,
             max_calls,
+            strict_text: calls_possible,
+        })
+    }
+
+    /// The answer alone, for a turn that had tools but may call none of them now (its
+    /// calls would repeat calls already answered): no call, and free text that still
+    /// may not begin a line like one (`{`, `[`, `<`, a backtick), so a model that means
+    /// to call cannot write the call out as text instead.
+    pub fn answer_only(answer: FinalAnswer) -> Result<ToolTurn, ToolTurnError> {
+        if matches!(answer, FinalAnswer::None) {
+            return Err(ToolTurnError::Empty);
+        }
+        Ok(ToolTurn {
+            tools: Vec::new(),
+            call_len: Vec::new(),
+            answer,
+            min_calls: 0,
+            max_calls: 0,
+            strict_text: true,
         })
     }
 
@@ -255,7 +277,7 @@ impl ToolTurn {
 
     /// The bytes free text may not start with.
     fn text_held_at_start(&self) -> &'static [u8] {
-        if self.may_call(0) {
+        if self.strict_text {
             TEXT_FORBIDDEN_START
         } else {
             NO_CALL_TEXT_FORBIDDEN_START
@@ -270,7 +292,7 @@ impl ToolTurn {
             // JSON and lists are ordinary text then, and a line still cannot open a
             // call-like tag that a client would read as a leaked call.
             (Line::Start | Line::Indent, b)
-                if LINE_FORBIDDEN_START.contains(&b) && (self.may_call(0) || b == b'<') =>
+                if LINE_FORBIDDEN_START.contains(&b) && (self.strict_text || b == b'<') =>
             {
                 None
             }
@@ -636,6 +658,25 @@ mod tests {
 
     fn call(name: &str, args: &str) -> String {
         format!("<tool_call>\n{{\"name\": \"{name}\", \"arguments\": {args}}}\n</tool_call>")
+    }
+
+    #[test]
+    fn answer_only_takes_text_that_does_not_begin_like_a_call_and_no_call() {
+        let t = ToolTurn::answer_only(FinalAnswer::Text).unwrap();
+        assert!(accepts(&t, "It is sunny."));
+        assert!(accepts(&t, "a <b> c"));
+        assert!(!accepts(&t, ""));
+        for bad in [
+            "<tool_call>\n{\"name\": \"get\", \"arguments\": {}}\n</tool_call>",
+            "{\"name\": \"get\"}",
+            "Here:\n{",
+            "Here:\n```",
+            "[1]",
+            " hi",
+        ] {
+            assert!(run(&t, bad).is_none(), "{bad:?}");
+        }
+        assert!(ToolTurn::answer_only(FinalAnswer::None).is_err());
     }
 
     #[test]

@@ -21,7 +21,10 @@ use formwork_models::chat::ChatMessage;
 use formwork_models::tokenizer::GgufTokenizer;
 use serde_json::Value;
 
-use super::decode::{decode_free, DecodeOptions, DecodeOutput, Redirect, Stop, Until, Watch};
+use super::decode::{
+    decode_free, Codec, DecodeOptions, DecodeOutput, Redirect, Stop, Until, Watch,
+};
+use super::repeats::Repeats;
 use super::{Engine, VerdictKind};
 use crate::sampling::{Sampler, Sampling};
 use crate::validate::{LineError, Validator, Verdict};
@@ -198,12 +201,24 @@ impl Engine {
             ms: 0,
             tools: None,
         };
+        // A tool turn does not repeat a call already made ([`super::repeats`]).
+        let repeats = matches!(constraint, Constraint::Tools(_)).then(|| {
+            Arc::new(Repeats::new(
+                messages
+                    .iter()
+                    .filter(|m| m.role == "assistant")
+                    .map(|m| m.content.as_str()),
+            ))
+        });
         let dopts = DecodeOptions {
             // The context bounds the budget too: a masked answer steered to fit it
             // still ends valid.
             max_tokens: opts.max_tokens.min(context - ids.len()),
             deadline: opts.timeout.map(|t| started + t),
-            watch: opts.watch.clone(),
+            watch: match &repeats {
+                Some(r) => Some(r.watch(opts.watch.clone())),
+                None => opts.watch.clone(),
+            },
             redirect: matches!(constraint, Constraint::Tools(_)).then(|| self.tool_redirect()),
             ..DecodeOptions::default()
         };
@@ -230,7 +245,54 @@ impl Engine {
                     self.decode_under(grammar.clone(), &mut sampler, logits, ids.len(), &dopts)
                 }
                 Constraint::Tools(t) => {
-                    self.decode_under(t.grammar.clone(), &mut sampler, logits, ids.len(), &dopts)
+                    let run = self.decode_under(
+                        t.grammar.clone(),
+                        &mut sampler,
+                        logits,
+                        ids.len(),
+                        &dopts,
+                    )?;
+                    let Some(at) = repeats.as_ref().and_then(|r| r.cut()) else {
+                        return Ok(run);
+                    };
+                    let (mut out, _) = run;
+                    let kept = super::tools::parse_turn(&String::from_utf8_lossy(&out.bytes[..at]));
+                    let said = kept
+                        .content
+                        .as_deref()
+                        .is_some_and(|c| !c.trim().is_empty());
+                    match &t.answer_only {
+                        // Nothing but repeats: the turn again, with no call allowed.
+                        Some(answer_only) if kept.calls.is_empty() && !said => {
+                            let Some(logits) = self.prefill_until(&ids, &[shared], &go)? else {
+                                let mut out = DecodeOutput::empty();
+                                out.stop = Stop::Cancelled;
+                                return Ok((out, false));
+                            };
+                            let dopts = DecodeOptions {
+                                watch: opts.watch.clone(),
+                                ..dopts.clone()
+                            };
+                            self.decode_under(
+                                answer_only.clone(),
+                                &mut sampler,
+                                logits,
+                                ids.len(),
+                                &dopts,
+                            )
+                        }
+                        // A turn that must call, and whose only call repeats: it stands.
+                        None if kept.calls.is_empty() && !said => {
+                            out.stop = Stop::Eos;
+                            Ok((out, true))
+                        }
+                        // The calls (or the text) before the repeat: the turn ends there.
+                        _ => {
+                            cut_output(&mut out, at, &*self.loaded.tokenizer);
+                            out.stop = Stop::Eos;
+                            Ok((out, true))
+                        }
+                    }
                 }
                 Constraint::Text => {
                     let tok: &GgufTokenizer = &self.loaded.tokenizer;
@@ -328,6 +390,24 @@ fn with_hint(messages: &[ChatMessage], hint: Option<&Value>, tools: bool) -> Vec
         None => m.insert(0, ChatMessage::new("system", text)),
     }
     m
+}
+
+/// `out` cut back to its first `at` bytes (a token boundary: the end of a call, or of the
+/// text before it), with the tokens that wrote them.
+fn cut_output(out: &mut DecodeOutput, at: usize, codec: &dyn Codec) {
+    let bytes = codec.token_bytes();
+    let mut len = 0;
+    let keep = out
+        .tokens
+        .iter()
+        .take_while(|&&t| {
+            len += bytes.get(t as usize).map_or(0, Vec::len);
+            len <= at
+        })
+        .count();
+    out.tokens.truncate(keep);
+    out.bytes.truncate(at);
+    out.forced_ranges.retain(|r| r.1 <= keep);
 }
 
 fn finish(

@@ -21,6 +21,7 @@ pub mod ground;
 pub mod pointer;
 pub mod prefix;
 pub mod prompt;
+pub mod repeats;
 pub mod schema_hash;
 pub mod source;
 pub mod tools;

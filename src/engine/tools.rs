@@ -218,6 +218,10 @@ pub struct Toolbox {
     pub answer_is_json: bool,
     /// The most calls the turn allows.
     pub max_calls: u16,
+    /// The same turn with no call allowed, when calls are optional: what the turn is
+    /// decoded under when its calls would only repeat calls already answered
+    /// ([`super::repeats`]).
+    pub answer_only: Option<Arc<Grammar>>,
 }
 
 /// Why the tools of a request cannot be compiled.
@@ -314,9 +318,14 @@ pub fn compile_toolbox(
     } else {
         max_calls
     };
+    let answer_only = (!required && max_calls > 0)
+        .then(|| ToolTurn::answer_only(final_answer.clone()))
+        .transpose()?
+        .map(|t| Grammar::new(Arc::new(t)));
     let turn = ToolTurn::new(specs, final_answer, u16::from(required), max_calls)?;
     Ok(Toolbox {
         grammar: Grammar::new(Arc::new(turn)),
+        answer_only,
         validators,
         answer: if required { None } else { answer_validator },
         answer_is_json: answer_is_json && !required,

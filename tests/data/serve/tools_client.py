@@ -2,11 +2,14 @@
 
 Run by tests/serve_tools.rs as `python tools_client.py BASE_URL MODEL [CHECK ...]`;
 prints one line per check and exits non-zero on the first failure. CHECK names a
-part (reorder, orchestrator, orchestrator_stream, instructor, langchain); none runs all.
+part (reorder, orchestrator, orchestrator_stream, synthesis, synthesis_stream, instructor,
+langchain); none runs all.
 
 - openai-agents 0.24: a reorder agent with two function tools and `output_type`
   (the Responses API, the SDK's default), and an orchestrator whose three tools are
-  sub-agents (`Agent.as_tool`), not streamed and streamed (`Runner.run_streamed`).
+  sub-agents (`Agent.as_tool`), not streamed and streamed (`Runner.run_streamed`); and
+  one written with no output type and no limits, which must answer after one round of
+  calls (`synthesis`).
 - instructor in its default TOOLS mode, and LangChain's `bind_tools` and
   `with_structured_output(method="function_calling")` (Chat Completions).
 """
@@ -166,6 +169,71 @@ def orchestrator(base_url, model, streamed):
           f"{tag}: usage summed with the sub-agents' ({usage.requests} requests, {usage.input_tokens} in)")
 
 
+class Giudizio(BaseModel):
+    """One reviewer's judgement of a contract clause."""
+
+    esperto: str
+    giudizio: Literal["favorevole", "contrario", "neutro"]
+    motivo: str
+
+
+def synthesis(base_url, model, streamed):
+    """An orchestrator with no output type and no limits set, as agent programs are
+    written: three reviewers (`as_tool`, each with an output type), then a text answer.
+    The run must call each reviewer once, in its first turn, and end with a non-empty
+    synthesis: no call repeated after the results came back, no empty final answer."""
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
+    from agents.items import ToolCallItem
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+    client = AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0)
+
+    def m():
+        return OpenAIChatCompletionsModel(model=model, openai_client=client)
+
+    reviewers = [
+        Agent(
+            name=f"revisore_{area}",
+            instructions=(f"Sei il revisore {area}. Valuta la clausola dal punto di vista {area} "
+                          "e rispondi con il tuo parere."),
+            output_type=Giudizio,
+            model=m(),
+        )
+        for area in ["legale", "finanziario", "operativo"]
+    ]
+    boss = Agent(
+        name="coordinatore",
+        instructions=(
+            "Coordini tre revisori. Chiedi il parere a tutti e tre i revisori sulla clausola, "
+            "poi scrivi una sintesi finale dei tre pareri."
+        ),
+        tools=[r.as_tool(tool_name=r.name, tool_description=f"Chiedi il parere del {r.name}.") for r in reviewers],
+        model=m(),
+    )
+    clause = ("Clausola 7: il fornitore può aumentare i prezzi del 15% senza preavviso, "
+              "e il cliente non può recedere prima di 36 mesi.")
+    tag = "synthesis streamed" if streamed else "synthesis"
+
+    async def go():
+        if streamed:
+            r = Runner.run_streamed(boss, clause, max_turns=6)
+            async for _ in r.stream_events():
+                pass
+            return r
+        return await Runner.run(boss, clause, max_turns=6)
+
+    result = asyncio.run(go())
+    called = [it.raw_item.name for it in result.new_items if isinstance(it, ToolCallItem)]
+    check(sorted(called) == sorted(r.name for r in reviewers),
+          f"{tag}: each reviewer called once ({called})")
+    check(isinstance(result.final_output, str) and result.final_output.strip() != "",
+          f"{tag}: a non-empty final answer ({result.final_output!r})")
+    check(result.context_wrapper.usage.requests == 5,
+          f"{tag}: two turns of the orchestrator and three reviews "
+          f"({result.context_wrapper.usage.requests} requests)")
+
+
 class Person(BaseModel):
     name: str = Field(max_length=30)
     age: int = Field(ge=0, le=130)
@@ -215,6 +283,8 @@ def main(base_url, model, only):
         "reorder": lambda: reorder(base_url, model),
         "orchestrator": lambda: orchestrator(base_url, model, streamed=False),
         "orchestrator_stream": lambda: orchestrator(base_url, model, streamed=True),
+        "synthesis": lambda: synthesis(base_url, model, streamed=False),
+        "synthesis_stream": lambda: synthesis(base_url, model, streamed=True),
         "instructor": lambda: with_instructor(base_url, model),
         "langchain": lambda: with_langchain(base_url, model),
     }
