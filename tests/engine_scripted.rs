@@ -1259,6 +1259,12 @@ fn tool_turn_run(first: &[u32], redirect: bool) -> String {
 /// [`tool_turn_run`] where, after a backtick, the model's next best byte is
 /// `after_fence` (what the redirect peeks at for a code fence).
 fn tool_turn_run_after(first: &[u32], after_fence: u8, redirect: bool) -> String {
+    tool_turn_biased(first, after_fence, redirect, (0.0, 0.0))
+}
+
+/// [`tool_turn_run_after`] with the redirect's call biases `(open, more)`; after a
+/// call the model prefers EOS by 1 nat over one more call.
+fn tool_turn_biased(first: &[u32], after_fence: u8, redirect: bool, bias: (f32, f32)) -> String {
     use formwork::engine::decode::Redirect;
     use formwork_grammar::tools::{FinalAnswer, ToolSpec, ToolTurn, LINE_FORBIDDEN_START};
     let codec = ByteCodec::new();
@@ -1281,6 +1287,10 @@ fn tool_turn_run_after(first: &[u32], after_fence: u8, redirect: bool) -> String
             prefer(&[b'P' as u32])
         } else if out.ends_with(b"P") {
             prefer(&[b'"' as u32])
+        } else if out.ends_with(b"</tool_call>") {
+            prefer(&[EOS, b'\n' as u32])
+        } else if out.ends_with(b"</tool_call>\n") {
+            prefer(&[b'<' as u32])
         } else {
             prefer(&[EOS, b'}' as u32])
         }
@@ -1289,9 +1299,12 @@ fn tool_turn_run_after(first: &[u32], after_fence: u8, redirect: bool) -> String
     let logits = model.forward(&prompt, 0).unwrap();
     let mut boxed: Box<dyn LanguageModel> = Box::new(model.clone());
     let opts = DecodeOptions {
-        max_tokens: 80,
-        redirect: redirect
-            .then(|| Arc::new(Redirect::new(&codec, LINE_FORBIDDEN_START, codec.id("<")))),
+        max_tokens: 200,
+        redirect: redirect.then(|| {
+            let mut r = Redirect::new(&codec, LINE_FORBIDDEN_START, codec.id("<"));
+            (r.open_bias, r.more_bias) = bias;
+            Arc::new(r)
+        }),
         ..Default::default()
     };
     let mut sampler = Sampler::new(Sampling::Greedy, 0);
@@ -1307,6 +1320,27 @@ fn tool_turn_run_after(first: &[u32], after_fence: u8, redirect: bool) -> String
     .unwrap();
     assert!(matcher.is_accepting());
     String::from_utf8(out.bytes).unwrap()
+}
+
+#[test]
+fn the_call_biases_move_call_or_answer_and_one_more_call_by_their_margin() {
+    let call = "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"city\":\"P\"}}\n</tool_call>";
+    // "<" (a call) leads "H" (text) by 1 nat at the start.
+    let first = [b'<' as u32, b'H' as u32];
+    assert_eq!(tool_turn_biased(&first, b'{', true, (0.0, 0.0)), call);
+    assert_eq!(tool_turn_biased(&first, b'{', true, (-0.5, 0.0)), call);
+    assert_eq!(tool_turn_biased(&first, b'{', true, (-1.5, 0.0)), "H");
+    // A call-like start the redirect would take ("{") is weighed the same way.
+    let first = [b'{' as u32, b'H' as u32];
+    assert_eq!(tool_turn_biased(&first, b'{', true, (0.0, 0.0)), call);
+    assert_eq!(tool_turn_biased(&first, b'{', true, (-1.5, 0.0)), "H");
+    // After a call, EOS leads one more call by 1 nat.
+    let first = [b'<' as u32];
+    assert_eq!(tool_turn_biased(&first, b'{', true, (0.0, 0.5)), call);
+    assert_eq!(
+        tool_turn_biased(&first, b'{', true, (0.0, 1.5)),
+        format!("{call}\n{call}")
+    );
 }
 
 #[test]

@@ -56,8 +56,21 @@ pub struct ServeArgs {
     /// Seconds between `: ping` comments on a stream.
     #[arg(long, default_value_t = 10.0, hide = true)]
     pub keep_alive: f64,
+    /// Nats added to a tool call where it competes with answering, at a turn's start:
+    /// negative answers more often where no tool fits (docs/serving.md, "Tools").
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub call_bias: f32,
+    /// Nats added to one more call where it competes with ending the turn after a call.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub more_calls_bias: f32,
     #[command(flatten)]
     pub load: super::LoadArgs,
+}
+
+/// A bias in nats: any finite number.
+fn finite(flag: &str, x: f32) -> anyhow::Result<f32> {
+    anyhow::ensure!(x.is_finite(), "--{flag}: {x} is not a finite number");
+    Ok(x)
 }
 
 /// A time limit: `s` seconds, or none for 0.
@@ -84,6 +97,10 @@ pub fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
         log: a.log,
         grace: seconds("grace", a.grace)?,
         keep_alive: seconds("keep-alive", a.keep_alive)?.max(Duration::from_millis(100)),
+        call_bias: crate::engine::chat::CallBias {
+            open: finite("call-bias", a.call_bias)?,
+            more: finite("more-calls-bias", a.more_calls_bias)?,
+        },
     };
     serve::run(cfg)?;
     Ok(ExitCode::SUCCESS)

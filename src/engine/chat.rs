@@ -60,6 +60,17 @@ pub struct ChatOptions {
     /// Shown to the model in the system message (a compact outline of the schema).
     /// The mask enforces the grammar whether or not it is given.
     pub schema_hint: Option<Value>,
+    /// Tool turns: the call biases ([`Redirect::open_bias`], [`Redirect::more_bias`]).
+    pub call_bias: CallBias,
+}
+
+/// How a tool turn leans, in nats, where a call competes with answering (`open`,
+/// negative: answer) and where another call competes with the end of the turn (`more`,
+/// positive: one more call). Zero leaves the model's choice alone.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CallBias {
+    pub open: f32,
+    pub more: f32,
 }
 
 /// The calls and content of a turn with tools.
@@ -80,6 +91,7 @@ impl Default for ChatOptions {
             timeout: None,
             watch: None,
             schema_hint: None,
+            call_bias: CallBias::default(),
         }
     }
 }
@@ -219,7 +231,16 @@ impl Engine {
                 Some(r) => Some(r.watch(opts.watch.clone())),
                 None => opts.watch.clone(),
             },
-            redirect: matches!(constraint, Constraint::Tools(_)).then(|| self.tool_redirect()),
+            redirect: matches!(constraint, Constraint::Tools(_)).then(|| {
+                let r = self.tool_redirect();
+                if opts.call_bias == CallBias::default() {
+                    return r;
+                }
+                let mut r = (*r).clone();
+                r.open_bias = opts.call_bias.open;
+                r.more_bias = opts.call_bias.more;
+                Arc::new(r)
+            }),
             ..DecodeOptions::default()
         };
         // The prompt in chunks, each after a look at the deadline and the watch (a

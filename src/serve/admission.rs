@@ -221,6 +221,7 @@ pub(super) fn submit(
                 .as_ref()
                 .filter(|_| matches!(a.req.format, Format::Schema { .. }))
                 .map(|c| c.value.clone()),
+            call_bias: state.cfg.call_bias,
         },
         deadline: state.cfg.request_timeout.map(|t| a.received + t),
         cancel: cancel.clone(),

@@ -79,6 +79,8 @@ pub struct ServeConfig {
     pub grace: Duration,
     /// Seconds between `: ping` comments on a stream.
     pub keep_alive: Duration,
+    /// How tool turns lean between a call and an answer, and another call and the end.
+    pub call_bias: crate::engine::chat::CallBias,
 }
 
 /// The loaded side: set once the model is ready.

@@ -142,6 +142,9 @@ pub fn decode_masked(
         out.steered |= matcher.is_steering();
         let mut redirected = None;
         if let Some(r) = &opts.redirect {
+            r.bias(&mut logits, &out.bytes, codec.eos_ids());
+        }
+        if let Some(r) = &opts.redirect {
             let best = crate::sampling::argmax(&logits, |_| true);
             if let Some(best) = best.filter(|&b| {
                 r.from.contains(b) && !matcher.is_allowed(b) && matcher.is_allowed(r.to)

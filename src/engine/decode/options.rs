@@ -142,6 +142,12 @@ pub struct Redirect {
     /// The tokens of `from` that open a code fence without naming JSON.
     pub fence: TokenSet,
     pub to: u32,
+    /// Nats added to every call start (`from`, the opener among them) at the start of
+    /// the turn, where a call competes with the answer: negative leans to answering.
+    pub open_bias: f32,
+    /// Nats taken from EOS right after a call, where another call competes with the
+    /// end of the turn: positive leans to one more call.
+    pub more_bias: f32,
 }
 
 impl Redirect {
@@ -161,7 +167,32 @@ impl Redirect {
                 }
             }
         }
-        Redirect { from, fence, to }
+        Redirect {
+            from,
+            fence,
+            to,
+            open_bias: 0.0,
+            more_bias: 0.0,
+        }
+    }
+
+    /// Adds the turn's call biases to `logits`, the logits of the step after `out`:
+    /// [`Redirect::open_bias`] at the turn's start, [`Redirect::more_bias`] right after
+    /// a call.
+    pub fn bias(&self, logits: &mut [f32], out: &[u8], eos: &[u32]) {
+        if out.is_empty() && self.open_bias != 0.0 {
+            for (i, l) in logits.iter_mut().enumerate() {
+                if self.from.contains(i as u32) || i as u32 == self.to {
+                    *l += self.open_bias;
+                }
+            }
+        } else if self.more_bias != 0.0 && out.ends_with(b"</tool_call>") {
+            for &e in eos {
+                if let Some(l) = logits.get_mut(e as usize) {
+                    *l -= self.more_bias;
+                }
+            }
+        }
     }
 
     /// Whether the token after a fence (its language, or the text on its next line)
