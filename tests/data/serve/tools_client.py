@@ -3,7 +3,8 @@
 Run by tests/serve_tools.rs as `python tools_client.py BASE_URL MODEL [CHECK ...]`;
 prints one line per check and exits non-zero on the first failure. CHECK names a
 part (reorder, orchestrator, orchestrator_stream, synthesis, synthesis_stream, instructor,
-langchain); none runs all.
+langchain, pydantic_ai); none runs all. `overload[:RUNS]` (run only when named, alone) is the fan-out
+check of tests/serve_tools.rs's overload test.
 
 - openai-agents 0.24: a reorder agent with two function tools and `output_type`
   (the Responses API, the SDK's default), and an orchestrator whose three tools are
@@ -12,6 +13,10 @@ langchain); none runs all.
   calls (`synthesis`).
 - instructor in its default TOOLS mode, and LangChain's `bind_tools` and
   `with_structured_output(method="function_calling")` (Chat Completions).
+- pydantic-ai 2.38 in its default tool output mode (the output type is a `final_result`
+  tool beside the agent's own), run and streamed.
+- overload: 16 orchestrator runs at once, each with three `as_tool` sub-agents, counting
+  every HTTP exchange on the client's side.
 """
 
 import asyncio
@@ -278,6 +283,133 @@ def with_langchain(base_url, model):
     check(isinstance(p, Person), f"langchain with_structured_output(function_calling): a Person ({p!r})")
 
 
+def with_pydantic_ai(base_url, model):
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, ToolCallPart
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    llm = OpenAIChatModel(model, provider=OpenAIProvider(base_url=base_url, api_key="unused"))
+    agent = Agent(
+        llm,
+        output_type=Decisione,
+        instructions=("You manage a warehouse. Look up the stock of the product with the tool, "
+                      "then decide whether to reorder it and how many."),
+        model_settings={"temperature": 0, "max_tokens": 200},
+    )
+    looked_up = []
+
+    @agent.tool_plain
+    def giacenza(prodotto: str) -> int:
+        """The units of a product in stock."""
+        looked_up.append(prodotto)
+        return STOCK.get(prodotto, 0)
+
+    def tool_calls(messages):
+        return [p.tool_name for m in messages if isinstance(m, ModelResponse)
+                for p in m.parts if isinstance(p, ToolCallPart)]
+
+    question = "bulloni M8: we have orders for 90. Reorder?"
+    r = agent.run_sync(question)
+    check(isinstance(r.output, Decisione), f"pydantic-ai: output is a Decisione ({r.output!r})")
+    calls = tool_calls(r.all_messages())
+    check(calls and calls[-1] == "final_result",
+          f"pydantic-ai: the output came through its output tool ({calls})")
+    usage = r.usage() if callable(r.usage) else r.usage
+    check(usage.requests >= 1 and usage.output_tokens > 0,
+          f"pydantic-ai: usage ({usage.requests} requests, {usage.output_tokens} out)")
+
+    async def streamed():
+        async with agent.run_stream(question) as s:
+            out = await s.get_output()
+            return out, s.all_messages()
+
+    out, messages = asyncio.run(streamed())
+    check(isinstance(out, Decisione), f"pydantic-ai streamed: output is a Decisione ({out!r})")
+    calls = tool_calls(messages)
+    check(calls and calls[-1] == "final_result",
+          f"pydantic-ai streamed: through its output tool ({calls})")
+
+
+def overload(base_url, model, runs=16):
+    """`runs` orchestrators at once, three sub-agents each, against a server with few slots
+    and a short queue. Every HTTP exchange is counted here; the test compares the counts
+    with the server's metrics. Prints one JSON line: the counts by status, the queue_full
+    refusals (503, Retry-After: 1), the sub-agents called, and how each run ended."""
+    import httpx
+    from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
+    from agents.items import ToolCallItem
+    from openai import APIStatusError, AsyncOpenAI
+
+    set_tracing_disabled(True)
+    sent = {"n": 0}
+    status = {}
+    refusals = {}
+
+    async def on_request(request):
+        sent["n"] += 1
+
+    async def on_response(response):
+        status[response.status_code] = status.get(response.status_code, 0) + 1
+        if response.status_code != 200:
+            await response.aread()
+            try:
+                code = response.json()["error"]["code"]
+            except Exception:
+                code = "not an OpenAI error"
+            refusals[code] = refusals.get(code, 0) + 1
+
+    http = httpx.AsyncClient(timeout=600, event_hooks={"request": [on_request], "response": [on_response]})
+    client = AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, http_client=http)
+
+    def m():
+        return OpenAIChatCompletionsModel(model=model, openai_client=client)
+
+    def boss(i):
+        reviewers = [
+            Agent(name=f"revisore_{area}", instructions=f"Sei il revisore {area}. Dai il tuo parere.",
+                  output_type=Giudizio, model=m(), model_settings=ModelSettings(max_tokens=60))
+            for area in ["legale", "finanziario", "operativo"]
+        ]
+        return Agent(
+            name=f"coordinatore_{i}",
+            instructions="Chiedi il parere ai tre revisori, poi scrivi una sintesi.",
+            tools=[r.as_tool(tool_name=r.name, tool_description=f"Il parere del {r.name}.") for r in reviewers],
+            model=m(),
+            # The first turn calls (the SDK resets tool_choice after it): a fan-out each run.
+            model_settings=ModelSettings(max_tokens=60, tool_choice="required"),
+        )
+
+    calls = {"n": 0}
+
+    async def one(i):
+        try:
+            r = await Runner.run(boss(i), f"Clausola {i}: il prezzo sale del {i}% ogni anno.", max_turns=6)
+            calls["n"] += sum(isinstance(it, ToolCallItem) for it in r.new_items)
+            return "answered" if isinstance(r.final_output, str) and r.final_output.strip() else "empty"
+        except APIStatusError as e:
+            # The server's refusal when its slots and queue are full (503 queue_full).
+            return "refused" if e.status_code == 503 else f"{e.status_code}"
+        except Exception as e:  # noqa: BLE001 - any other end is what the test must see
+            return f"{type(e).__name__}: {e}"[:200]
+
+    async def go():
+        ends = await asyncio.gather(*(one(i) for i in range(runs)))
+        await http.aclose()
+        return ends
+
+    ends = asyncio.run(go())
+    tally = {}
+    for e in ends:
+        tally[e] = tally.get(e, 0) + 1
+    print(json.dumps({"sent": sent["n"], "sub_agent_calls": calls["n"], "status": {str(k): v for k, v in status.items()},
+                      "refusals": refusals, "runs": tally}), flush=True)
+    check(sum(status.values()) == sent["n"], f"overload: every request got one response ({sent['n']} sent, {status})")
+    check(set(status) <= {200, 503}, f"overload: answered or refused, nothing else ({status})")
+    check(set(refusals) <= {"queue_full"}, f"overload: refusals are queue_full ({refusals})")
+    check(set(tally) <= {"answered", "empty", "refused"}, f"overload: every run ended cleanly ({tally})")
+
+
 def main(base_url, model, only):
     parts = {
         "reorder": lambda: reorder(base_url, model),
@@ -287,7 +419,12 @@ def main(base_url, model, only):
         "synthesis_stream": lambda: synthesis(base_url, model, streamed=True),
         "instructor": lambda: with_instructor(base_url, model),
         "langchain": lambda: with_langchain(base_url, model),
+        "pydantic_ai": lambda: with_pydantic_ai(base_url, model),
     }
+    if len(only) == 1 and only[0].split(":")[0] == "overload":
+        overload(base_url, model, int(only[0].split(":")[1]) if ":" in only[0] else 16)
+        print("all checks passed", flush=True)
+        return
     for name, run in parts.items():
         if not only or name in only:
             run()
