@@ -19,7 +19,7 @@
 //!
 //! One stage a file: `dataset` (the cases and modes), `run` (every case in every mode),
 //! `score` (one record against its gold, through `fields` and `locate`), `summary` and
-//! `review` (aggregates of a group), `report` (report.json and the markdown tables),
+//! `review` (aggregates of a group, with the arithmetic they share in `stats`), `report` (report.json and the markdown tables),
 //! `html` (the HTML page); `masks` is `formwork bench masks`.
 
 pub mod html;
@@ -32,6 +32,7 @@ mod report;
 mod review;
 mod run;
 mod score;
+mod stats;
 mod summary;
 
 pub use dataset::{read_dataset, spread, BenchMode, Case};
@@ -44,4 +45,5 @@ pub use report::{markdown, Report};
 pub use review::{caught, review, Below, Bin, Review, REVIEW_THRESHOLDS};
 pub use run::{peak_rss_mb, requests, run, BenchConfig};
 pub use score::{score, FieldDecision, RecordResult};
-pub use summary::{percentile, summarize, SlotCounts, Summary};
+pub use stats::percentile;
+pub use summary::{summarize, SlotCounts, Summary};

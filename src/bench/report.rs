@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::engine::confidence::Rule;
 
-use super::summary::ratio;
+use super::stats::ratio;
 use super::{BenchMode, RecordResult, Summary};
 
 #[derive(Clone, Debug, Serialize)]

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::engine::confidence::Rule;
 
-use super::summary::ratio;
+use super::stats::ratio;
 use super::RecordResult;
 
 /// Review by confidence, over every gold leaf of the group's records: a value is

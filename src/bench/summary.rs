@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::engine::VerdictKind;
 
+use super::stats::{percentile, ratio};
 use super::{review, RecordResult, Review, SlotOutcome};
 
 /// Aggregates of a group of records (one mode, one schema or all).
@@ -108,22 +109,6 @@ impl SlotCounts {
         let d = self.predicted() + self.gold_filled();
         ratio(2 * self.hit, d)
     }
-}
-
-pub(super) fn ratio(a: usize, b: usize) -> f64 {
-    if b == 0 {
-        f64::NAN
-    } else {
-        a as f64 / b as f64
-    }
-}
-
-pub fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let idx = ((sorted.len() - 1) as f64 * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
 }
 
 pub fn summarize(rs: &[&RecordResult]) -> Summary {
