@@ -349,3 +349,66 @@ fn dump_logits_writes_one_row_per_step() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--backend candle` runs candle's tensor path (the one a GPU runs) on candle's CPU
+/// device, and `--backend formwork` formwork's CPU model file: the first step's logits
+/// of one prompt differ between them (another path ran), by far less than their range
+/// (the same model), and an unknown backend is a one-line error, exit 2.
+#[test]
+fn backend_picks_the_model_file_on_the_cpu() {
+    let Some(home) = home_with("smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf") else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("formwork-backend-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let first_row = |backend: &str| -> Vec<f32> {
+        let prefix = dir.join(backend);
+        let out = formwork()
+            .args([
+                "generate",
+                "--prompt",
+                "Count to five.",
+                "--max-tokens",
+                "1",
+            ])
+            .args(["--device", "cpu", "--backend", backend, "--dump-logits"])
+            .arg(&prefix)
+            .env("FORMWORK_HOME", &home)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::read(prefix.with_extension("f32"))
+            .unwrap()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect()
+    };
+    let (candle, own) = (first_row("candle"), first_row("formwork"));
+    assert_eq!(candle.len(), own.len());
+    let diff = candle
+        .iter()
+        .zip(&own)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    let range =
+        own.iter().fold(f32::MIN, |m, &x| m.max(x)) - own.iter().fold(f32::MAX, |m, &x| m.min(x));
+    assert!(diff > 0.0, "--backend made no difference: the same logits");
+    assert!(
+        diff < 0.05 * range,
+        "the two paths disagree: max diff {diff}, range {range}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let out = formwork()
+        .args(["generate", "--prompt", "hi", "--backend", "gpu"])
+        .env("FORMWORK_HOME", &home)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("'--backend"), "{stderr}");
+}

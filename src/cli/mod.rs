@@ -87,13 +87,31 @@ cli_enum!(
     }
 );
 
-/// Where and how a command loads its model: `--device` and `--kv-cache` (flattened into
-/// `generate`, `extract`, `bench` and `serve`).
+cli_enum!(
+    /// `--backend`: which model file runs the model.
+    BackendArg => formwork_models::runtime::Backend {
+        /// formwork's own CPU model file on a CPU with its SIMD kernels, else candle's
+        /// tensor path.
+        Auto,
+        /// formwork's own CPU model file (CPU only).
+        Formwork,
+        /// candle's tensor path, the one a GPU runs; with `--device cpu` it runs on candle's
+        /// CPU device (how that path is checked without a GPU).
+        Candle,
+    }
+);
+
+/// Where and how a command loads its model: `--device`, `--backend` and `--kv-cache`
+/// (flattened into `generate`, `extract`, `bench` and `serve`).
 #[derive(clap::Args, Debug)]
 pub struct LoadArgs {
     /// Where to run: auto, cpu, cuda or metal (cuda and metal need the build feature).
     #[arg(long, default_value = "auto")]
     pub device: String,
+    /// Which model file runs the model: auto, formwork (the CPU file) or candle (the
+    /// device path; on `--device cpu`, candle's CPU device).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendArg,
     /// How the KV cache stores keys and values: f32, or f16 (half the memory per
     /// position; formwork's CPU model file only).
     #[arg(long, value_enum, default_value = "f32")]
@@ -108,6 +126,7 @@ impl LoadArgs {
                 .parse()
                 .map_err(|e| anyhow::anyhow!("--device: {e}"))?,
             kv: self.kv_cache.into(),
+            backend: self.backend.into(),
             ..Default::default()
         })
     }
