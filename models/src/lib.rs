@@ -8,6 +8,7 @@
 pub mod chat;
 pub mod error;
 pub mod gemma3;
+pub mod graph;
 pub mod group;
 pub mod llama;
 pub mod quant;

@@ -82,6 +82,7 @@ pub use config::{Arch, Config, RopeStyle, Sliding};
 
 use cache::LayerCache;
 use forward::forward_impl;
+pub(crate) use weights::RopeFactors;
 use weights::Weights;
 
 fn bail<T>(msg: String) -> Result<T> {
