@@ -14,24 +14,29 @@
 //! near-lossless). SmolLM2 Q4_1 then decodes about 4x faster. [`LoadOptions::requantize`]
 //! turns it off. Only on the CPU: candle's CUDA and Metal kernels take those types as stored.
 //!
-//! ## Llama, Qwen2, Qwen3 and Gemma 3 on the CPU
-//! A `llama`, `qwen2`, `qwen3` or `gemma3` model on the CPU runs through formwork's own model file
-//! ([`crate::llama`]), which computes Q4_1, Q5_0, Q8_0, Q4_K and Q6_K tensors from the
-//! file's blocks with AVX2 / AVX-512 VNNI kernels and keeps a KV cache that grows in place;
-//! Q4_1 and Q5_0 are then not requantised. [`LoadOptions::backend`] chooses:
-//! [`Backend::Auto`] takes it on a CPU that has the SIMD kernels (x86-64 with AVX2, FMA
-//! and F16C) and the candle paths elsewhere (GPUs, ARM, old x86): `quantized_llama` for
-//! llama, [`crate::qwen2`] for Qwen2 and Qwen3, [`crate::gemma3`] for Gemma 3, with the
-//! requantisation above on the CPU. `quantized_llama` has no Llama 3.1+ RoPE factors
-//! (`rope_freqs.weight`), so such a file is refused there, naming the tensor.
+//! ## Two model files
+//! Every architecture (`llama`, `qwen2`, `qwen3`, `gemma2`, `gemma3`, `phi3`) has two model
+//! files, which read the same normalised config ([`crate::llama::Config`]):
+//! - formwork's own CPU file ([`crate::llama`]), which computes Q4_1, Q5_0, Q8_0, Q4_K and
+//!   Q6_K tensors from the file's blocks with AVX2 / AVX-512 VNNI kernels and keeps a KV
+//!   cache that grows in place; Q4_1 and Q5_0 are then not requantised;
+//! - the model graph ([`crate::graph`]): the same families in candle tensor ops and
+//!   `QMatMul`, so it runs on any candle device (CPU, CUDA, Metal), with its KV cache on
+//!   the device (f32 or f16, grown in place), and batches on the device too.
+//!
+//! [`LoadOptions::backend`] chooses: [`Backend::Auto`] takes the CPU file on a CPU that
+//! has the SIMD kernels (x86-64 with AVX2, FMA and F16C) and the graph elsewhere (GPUs,
+//! ARM, old x86), with the requantisation above on the CPU. `--device cpu --backend
+//! candle` runs the graph on candle's CPU device: that is how it is tested here
+//! (`tests/graph_parity.rs`, against the CPU file and llama.cpp).
 //!
 //! ## On a GPU
-//! `--device cuda` runs every architecture on the GPU: llama through candle's
-//! `quantized_llama`, Gemma 3, Qwen2 and Qwen3 through their candle-tensor files (`gemma3.rs`,
-//! `qwen2.rs`), which use only candle tensor ops and `QMatMul` and so run on any device. A forward pass returns the last
-//! position's logits as a `Vec<f32>` on the host, where the token mask is applied: one copy
-//! of `vocab` floats per pass (0.2 MB for SmolLM2, 1 MB for Gemma 3), timed apart from the
-//! compute in [`ForwardTimings`] (`formwork generate --verbose` prints both).
+//! `--device cuda` (or `metal`) runs every architecture on the GPU through the graph. A
+//! forward pass returns the last position's logits as a `Vec<f32>` on the host, where the
+//! token mask is applied: one copy of `vocab` floats per sequence per pass (0.2 MB for
+//! SmolLM2, 1 MB for Gemma 3), timed apart from the compute in [`ForwardTimings`]
+//! (`formwork generate --verbose` prints both). [`forward_batch`] runs snapshots of one
+//! graph in one pass on the device, as it does for the CPU file.
 //!
 //! ## Threads
 //! candle's CPU pool takes `CANDLE_NUM_THREADS` (else `RAYON_NUM_THREADS`, else the number
@@ -431,7 +436,7 @@ pub enum Backend {
     Auto,
     /// formwork's own ([`crate::llama`]); CPU only (its scalar kernel where there is no SIMD).
     Formwork,
-    /// The candle-tensor paths: candle-transformers' `quantized_llama`, [`crate::qwen2`], [`crate::gemma3`].
+    /// The model graph ([`crate::graph`]) in candle tensor ops, on any device.
     Candle,
 }
 
@@ -444,8 +449,8 @@ pub struct LoadOptions {
     pub requantize: bool,
     /// For `llama`, `qwen2` and `gemma3` files: formwork's own CPU model file or candle's path.
     pub backend: Backend,
-    /// How the KV cache stores keys and values. [`KvType::F16`] halves its memory and
-    /// needs formwork's CPU model file: on candle's paths it is an error.
+    /// How the KV cache stores keys and values. [`KvType::F16`] halves its memory, on the
+    /// CPU file and on the graph (on the device) alike.
     pub kv: KvType,
 }
 

@@ -48,6 +48,15 @@ fn bail<T>(msg: String) -> Result<T> {
     Err(candle_core::Error::Msg(msg))
 }
 
+/// Load-time choices; `Default` is what [`GraphModel::from_gguf`] and the runtime use.
+#[derive(Debug, Clone, Default)]
+pub struct GraphOptions {
+    /// Every weight matrix dequantised to f32 at load, so matmuls run in f32 without
+    /// rounding activations: results then depend on the arithmetic only, not on the
+    /// order of evaluation (tests compare chunked and full prefill so). 4-8x the memory.
+    pub dequantize: bool,
+}
+
 /// The model on a device: shared weights and an own KV cache. `Clone` is the snapshot.
 #[derive(Debug, Clone)]
 pub struct GraphModel {
@@ -64,9 +73,19 @@ impl GraphModel {
         reader: &mut R,
         device: &Device,
     ) -> Result<Self> {
+        Self::from_gguf_with(ct, reader, device, &GraphOptions::default())
+    }
+
+    /// [`Self::from_gguf`] with [`GraphOptions`].
+    pub fn from_gguf_with<R: std::io::Seek + std::io::Read>(
+        ct: gguf_file::Content,
+        reader: &mut R,
+        device: &Device,
+        opts: &GraphOptions,
+    ) -> Result<Self> {
         let cfg = Config::from_gguf(&ct)?;
         let n = cfg.num_hidden_layers;
-        let w = GraphWeights::load(&ct, reader, cfg, device)?;
+        let w = GraphWeights::load(&ct, reader, cfg, device, opts.dequantize)?;
         Ok(Self {
             w: Arc::new(w),
             cache: vec![LayerKv::new(KvType::F32); n],

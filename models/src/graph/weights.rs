@@ -80,7 +80,15 @@ impl GraphWeights {
         reader: &mut R,
         cfg: Config,
         device: &Device,
+        dequantize: bool,
     ) -> Result<Self> {
+        let matmul = |q: QTensor| -> Result<QMatMul> {
+            if dequantize {
+                Ok(QMatMul::Tensor(q.dequantize(device)?))
+            } else {
+                QMatMul::from_qtensor(q)
+            }
+        };
         let qtensor = |reader: &mut R, name: &str| -> Result<QTensor> {
             if !ct.tensor_infos.contains_key(name) {
                 return bail(format!("GGUF tensor `{name}` is missing"));
@@ -97,7 +105,7 @@ impl GraphWeights {
                 ));
             }
             Ok(Linear {
-                mm: QMatMul::from_qtensor(q)?,
+                mm: matmul(q)?,
                 rows,
                 cols,
             })
@@ -125,6 +133,8 @@ impl GraphWeights {
         let embed = Arc::new(embed);
         let output = if ct.tensor_infos.contains_key("output.weight") {
             linear(reader, "output.weight", cfg.vocab_size, dim)?.mm
+        } else if dequantize {
+            QMatMul::Tensor(embed.dequantize(device)?)
         } else {
             QMatMul::from_arc(embed.clone())?
         };
