@@ -7,11 +7,10 @@
 
 pub mod chat;
 pub mod error;
-pub mod gemma3;
+pub mod graph;
 pub mod group;
 pub mod llama;
 pub mod quant;
-pub mod qwen2;
 pub mod registry;
 pub mod runtime;
 pub mod synth;

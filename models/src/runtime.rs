@@ -14,24 +14,29 @@
 //! near-lossless). SmolLM2 Q4_1 then decodes about 4x faster. [`LoadOptions::requantize`]
 //! turns it off. Only on the CPU: candle's CUDA and Metal kernels take those types as stored.
 //!
-//! ## Llama, Qwen2, Qwen3 and Gemma 3 on the CPU
-//! A `llama`, `qwen2`, `qwen3` or `gemma3` model on the CPU runs through formwork's own model file
-//! ([`crate::llama`]), which computes Q4_1, Q5_0, Q8_0, Q4_K and Q6_K tensors from the
-//! file's blocks with AVX2 / AVX-512 VNNI kernels and keeps a KV cache that grows in place;
-//! Q4_1 and Q5_0 are then not requantised. [`LoadOptions::backend`] chooses:
-//! [`Backend::Auto`] takes it on a CPU that has the SIMD kernels (x86-64 with AVX2, FMA
-//! and F16C) and the candle paths elsewhere (GPUs, ARM, old x86): `quantized_llama` for
-//! llama, [`crate::qwen2`] for Qwen2 and Qwen3, [`crate::gemma3`] for Gemma 3, with the
-//! requantisation above on the CPU. `quantized_llama` has no Llama 3.1+ RoPE factors
-//! (`rope_freqs.weight`), so such a file is refused there, naming the tensor.
+//! ## Two model files
+//! Every architecture (`llama`, `qwen2`, `qwen3`, `gemma2`, `gemma3`, `phi3`) has two model
+//! files, which read the same normalised config ([`crate::llama::Config`]):
+//! - formwork's own CPU file ([`crate::llama`]), which computes Q4_1, Q5_0, Q8_0, Q4_K and
+//!   Q6_K tensors from the file's blocks with AVX2 / AVX-512 VNNI kernels and keeps a KV
+//!   cache that grows in place; Q4_1 and Q5_0 are then not requantised;
+//! - the model graph ([`crate::graph`]): the same families in candle tensor ops and
+//!   `QMatMul`, so it runs on any candle device (CPU, CUDA, Metal), with its KV cache on
+//!   the device (f32 or f16, grown in place), and batches on the device too.
+//!
+//! [`LoadOptions::backend`] chooses: [`Backend::Auto`] takes the CPU file on a CPU that
+//! has the SIMD kernels (x86-64 with AVX2, FMA and F16C) and the graph elsewhere (GPUs,
+//! ARM, old x86), with the requantisation above on the CPU. `--device cpu --backend
+//! candle` runs the graph on candle's CPU device: that is how it is tested here
+//! (`tests/graph_parity.rs`, against the CPU file and llama.cpp).
 //!
 //! ## On a GPU
-//! `--device cuda` runs every architecture on the GPU: llama through candle's
-//! `quantized_llama`, Gemma 3, Qwen2 and Qwen3 through their candle-tensor files (`gemma3.rs`,
-//! `qwen2.rs`), which use only candle tensor ops and `QMatMul` and so run on any device. A forward pass returns the last
-//! position's logits as a `Vec<f32>` on the host, where the token mask is applied: one copy
-//! of `vocab` floats per pass (0.2 MB for SmolLM2, 1 MB for Gemma 3), timed apart from the
-//! compute in [`ForwardTimings`] (`formwork generate --verbose` prints both).
+//! `--device cuda` (or `metal`) runs every architecture on the GPU through the graph. A
+//! forward pass returns the last position's logits as a `Vec<f32>` on the host, where the
+//! token mask is applied: one copy of `vocab` floats per sequence per pass (0.2 MB for
+//! SmolLM2, 1 MB for Gemma 3), timed apart from the compute in [`ForwardTimings`]
+//! (`formwork generate --verbose` prints both). [`forward_batch`] runs snapshots of one
+//! graph in one pass on the device, as it does for the CPU file.
 //!
 //! ## Threads
 //! candle's CPU pool takes `CANDLE_NUM_THREADS` (else `RAYON_NUM_THREADS`, else the number
@@ -50,7 +55,6 @@ use std::time::{Duration, Instant};
 
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
-use candle_transformers::models::quantized_llama;
 
 use crate::llama::KvType;
 use crate::registry;
@@ -214,35 +218,76 @@ pub trait LanguageModel: Send {
 
 /// Forward several sequences: `models[i]` is fed `feeds[i] = (tokens, pos)` and gets its
 /// own result, as [`LanguageModel::forward`] would give it. Snapshots of one formwork
-/// CPU model (llama, Qwen2, Gemma 3) run in one pass whose matmuls cover all of their rows, so the
-/// weights are read once for the batch; other models run one after another.
+/// CPU model ([`crate::llama`]) or of one model graph on a device ([`crate::graph`], every
+/// candle path) run in one pass whose matmuls cover all of their rows, so the weights are
+/// read once for the batch; other models run one after another.
 pub fn forward_batch(
     models: &mut [Box<dyn LanguageModel>],
     feeds: &[(&[u32], usize)],
 ) -> Vec<Result<Vec<f32>>> {
     assert_eq!(models.len(), feeds.len(), "one feed per model");
-    type Own = CandleModel<crate::llama::ModelWeights>;
-    let own = models.len() > 1
-        && models
-            .iter_mut()
-            .all(|m| m.as_any_mut().is_some_and(|a| a.is::<Own>()));
-    if !own {
-        return models
-            .iter_mut()
-            .zip(feeds)
-            .map(|(m, &(t, p))| m.forward(t, p))
-            .collect();
+    if models.len() > 1 {
+        if all_are::<crate::llama::ModelWeights>(models) {
+            return batch_of::<crate::llama::ModelWeights>(models, feeds);
+        }
+        if all_are::<crate::graph::GraphModel>(models) {
+            return batch_of::<crate::graph::GraphModel>(models, feeds);
+        }
     }
-    let own: Vec<&mut Own> = models
+    models
         .iter_mut()
-        .filter_map(|m| m.as_any_mut()?.downcast_mut::<Own>())
+        .zip(feeds)
+        .map(|(m, &(t, p))| m.forward(t, p))
+        .collect()
+}
+
+fn all_are<W: Batched>(models: &mut [Box<dyn LanguageModel>]) -> bool {
+    models
+        .iter_mut()
+        .all(|m| m.as_any_mut().is_some_and(|a| a.is::<CandleModel<W>>()))
+}
+
+/// A model file that runs several sequences in one pass.
+trait Batched: Weights {
+    fn forward_batch(
+        models: &mut [&mut Self],
+        feeds: &[(&[u32], usize)],
+    ) -> Vec<candle_core::Result<Vec<f32>>>;
+}
+
+impl Batched for crate::llama::ModelWeights {
+    fn forward_batch(
+        models: &mut [&mut Self],
+        feeds: &[(&[u32], usize)],
+    ) -> Vec<candle_core::Result<Vec<f32>>> {
+        crate::llama::ModelWeights::forward_batch(models, feeds)
+    }
+}
+
+impl Batched for crate::graph::GraphModel {
+    fn forward_batch(
+        models: &mut [&mut Self],
+        feeds: &[(&[u32], usize)],
+    ) -> Vec<candle_core::Result<Vec<f32>>> {
+        crate::graph::GraphModel::forward_batch(models, feeds)
+    }
+}
+
+/// [`forward_batch`] over models that are all `CandleModel<W>`.
+fn batch_of<W: Batched>(
+    models: &mut [Box<dyn LanguageModel>],
+    feeds: &[(&[u32], usize)],
+) -> Vec<Result<Vec<f32>>> {
+    let own: Vec<&mut CandleModel<W>> = models
+        .iter_mut()
+        .filter_map(|m| m.as_any_mut()?.downcast_mut::<CandleModel<W>>())
         .collect();
     let mut results: Vec<Option<Result<Vec<f32>>>> = (0..own.len()).map(|_| None).collect();
     let started = Instant::now();
     let timing = own[0].timing.clone();
     // The feeds their models accept, with their indices; the others get their error.
     let mut run = Vec::with_capacity(own.len());
-    let mut picked: Vec<&mut Own> = Vec::with_capacity(own.len());
+    let mut picked: Vec<&mut CandleModel<W>> = Vec::with_capacity(own.len());
     let mut sub: Vec<(&[u32], usize)> = Vec::with_capacity(own.len());
     for (i, (m, &(t, p))) in own.into_iter().zip(feeds).enumerate() {
         match m.check(t, p) {
@@ -254,9 +299,8 @@ pub fn forward_batch(
             Err(e) => results[i] = Some(Err(e)),
         }
     }
-    let mut weights: Vec<&mut crate::llama::ModelWeights> =
-        picked.iter_mut().map(|m| &mut m.weights).collect();
-    let out = crate::llama::ModelWeights::forward_batch(&mut weights, &sub);
+    let mut weights: Vec<&mut W> = picked.iter_mut().map(|m| &mut m.weights).collect();
+    let out = W::forward_batch(&mut weights, &sub);
     let mut bytes = 0;
     for ((m, &i), (r, &(t, p))) in picked.iter_mut().zip(&run).zip(out.into_iter().zip(&sub)) {
         results[i] = Some(match r {
@@ -392,7 +436,7 @@ pub enum Backend {
     Auto,
     /// formwork's own ([`crate::llama`]); CPU only (its scalar kernel where there is no SIMD).
     Formwork,
-    /// The candle-tensor paths: candle-transformers' `quantized_llama`, [`crate::qwen2`], [`crate::gemma3`].
+    /// The model graph ([`crate::graph`]) in candle tensor ops, on any device.
     Candle,
 }
 
@@ -405,8 +449,8 @@ pub struct LoadOptions {
     pub requantize: bool,
     /// For `llama`, `qwen2` and `gemma3` files: formwork's own CPU model file or candle's path.
     pub backend: Backend,
-    /// How the KV cache stores keys and values. [`KvType::F16`] halves its memory and
-    /// needs formwork's CPU model file: on candle's paths it is an error.
+    /// How the KV cache stores keys and values. [`KvType::F16`] halves its memory, on the
+    /// CPU file and on the graph (on the device) alike.
     pub kv: KvType,
 }
 
@@ -485,12 +529,6 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
         };
         gguf.requantize_slow_tensors(keep)?;
     }
-    if options.kv == KvType::F16 && !own {
-        return Err(ModelError::Device(format!(
-            "an f16 KV cache needs formwork's CPU model file, and {arch} on {device:?} runs on candle's; use the f32 cache"
-        )));
-    }
-    let context_length = gguf.context_length(&arch);
     let (model, context_length): (Box<dyn LanguageModel>, usize) = match arch.as_str() {
         "llama" | "qwen2" | "qwen3" | "gemma2" | "gemma3" | "phi3" if own => {
             let weights =
@@ -504,51 +542,11 @@ pub fn load_file(path: &Path, name: &str, options: LoadOptions) -> Result<Loaded
                 ctx,
             )
         }
-        "llama" => {
-            // candle's llama reads no per-pair RoPE factors; without them a Llama 3.1+
-            // model would run, wrongly, past its original context.
-            if gguf.content.tensor_infos.contains_key("rope_freqs.weight") {
-                return Err(file_err(format!(
-                    "tensor `rope_freqs.weight` (Llama 3.1+ RoPE scaling) needs formwork's CPU model file, and llama on {device:?} runs on candle's quantized_llama, which has none"
-                )));
-            }
-            let vocab = gguf.vocab_rows("output.weight", "token_embd.weight")?;
+        "llama" | "qwen2" | "qwen3" | "gemma2" | "gemma3" | "phi3" => {
             let weights =
-                quantized_llama::ModelWeights::from_gguf(gguf.content, &mut gguf.reader, &device)
-                    .map_err(|e| file_err(format!("loading llama weights: {}", one_line(&e))))?;
-            let ctx = context_length
-                .unwrap_or(quantized_llama::MAX_SEQ_LEN)
-                .min(quantized_llama::MAX_SEQ_LEN);
-            (
-                Box::new(CandleModel::new(weights, vocab, ctx, device.clone())),
-                ctx,
-            )
-        }
-        "gemma2" => {
-            return Err(file_err(format!(
-                "gemma2 (soft-capped attention and logits) runs on formwork's CPU model file only, not on candle's path ({device:?}); use --device cpu on a CPU with AVX2"
-            )))
-        }
-        "phi3" => {
-            return Err(file_err(format!(
-                "phi3 (fused QKV, LongRoPE factors) runs on formwork's CPU model file only, not on candle's path ({device:?}); use --device cpu on a CPU with AVX2"
-            )))
-        }
-        "gemma3" => {
-            let weights =
-                crate::gemma3::ModelWeights::from_gguf(gguf.content, &mut gguf.reader, &device)
-                    .map_err(|e| file_err(format!("loading gemma3 weights: {}", one_line(&e))))?;
-            let vocab = weights.config().vocab_size;
-            let ctx = weights.config().context_length;
-            (
-                Box::new(CandleModel::new(weights, vocab, ctx, device.clone())),
-                ctx,
-            )
-        }
-        "qwen2" | "qwen3" => {
-            let weights =
-                crate::qwen2::ModelWeights::from_gguf(gguf.content, &mut gguf.reader, &device)
-                    .map_err(|e| file_err(format!("loading {arch} weights: {}", one_line(&e))))?;
+                crate::graph::GraphModel::from_gguf(gguf.content, &mut gguf.reader, &device)
+                    .map_err(|e| file_err(format!("loading {arch} weights: {}", one_line(&e))))?
+                    .with_kv_type(options.kv);
             let vocab = weights.config().vocab_size;
             let ctx = weights.config().context_length;
             (
@@ -586,15 +584,6 @@ trait Weights: Clone + Send + 'static {
     }
 }
 
-impl Weights for quantized_llama::ModelWeights {
-    fn forward(&mut self, input: &Tensor, index_pos: usize) -> candle_core::Result<Tensor> {
-        quantized_llama::ModelWeights::forward(self, input, index_pos)
-    }
-    fn clear_kv_cache(&mut self) {
-        quantized_llama::ModelWeights::clear_kv_cache(self)
-    }
-}
-
 impl Weights for crate::llama::ModelWeights {
     fn forward(&mut self, input: &Tensor, index_pos: usize) -> candle_core::Result<Tensor> {
         crate::llama::ModelWeights::forward(self, input, index_pos)
@@ -607,21 +596,15 @@ impl Weights for crate::llama::ModelWeights {
     }
 }
 
-impl Weights for crate::gemma3::ModelWeights {
+impl Weights for crate::graph::GraphModel {
     fn forward(&mut self, input: &Tensor, index_pos: usize) -> candle_core::Result<Tensor> {
-        crate::gemma3::ModelWeights::forward(self, input, index_pos)
+        crate::graph::GraphModel::forward(self, input, index_pos)
     }
     fn clear_kv_cache(&mut self) {
-        crate::gemma3::ModelWeights::clear_kv_cache(self)
+        crate::graph::GraphModel::clear_kv_cache(self)
     }
-}
-
-impl Weights for crate::qwen2::ModelWeights {
-    fn forward(&mut self, input: &Tensor, index_pos: usize) -> candle_core::Result<Tensor> {
-        crate::qwen2::ModelWeights::forward(self, input, index_pos)
-    }
-    fn clear_kv_cache(&mut self) {
-        crate::qwen2::ModelWeights::clear_kv_cache(self)
+    fn truncate_kv_cache(&mut self, len: usize) -> bool {
+        crate::graph::GraphModel::truncate_kv_cache(self, len)
     }
 }
 
@@ -833,28 +816,6 @@ impl GgufFile {
                 msg: format!("GGUF metadata `{KEY}` is not a string"),
             }),
         }
-    }
-
-    fn context_length(&self, arch: &str) -> Option<usize> {
-        self.content
-            .metadata
-            .get(&format!("{arch}.context_length"))
-            .and_then(|v| v.to_u64().ok())
-            .map(|v| v as usize)
-    }
-
-    /// The number of rows (the vocabulary) of the output matrix, or of the tied embedding.
-    fn vocab_rows(&self, output: &str, embedding: &str) -> Result<usize> {
-        let info = self
-            .content
-            .tensor_infos
-            .get(output)
-            .or_else(|| self.content.tensor_infos.get(embedding))
-            .ok_or_else(|| ModelError::File {
-                path: self.path.clone(),
-                msg: format!("GGUF tensor `{embedding}` is missing"),
-            })?;
-        Ok(info.shape.dims()[0])
     }
 
     /// Requantise the tensors candle has no SIMD kernel for (Q4_1, Q5_0, Q5_1) to Q8_0,

@@ -2,8 +2,8 @@
 //! Q5_0 / Q4_K / Q6_K / Q8_0 blocks through `quant/`, the KV cache grown in place, the
 //! local layers' window, and Gemma's extra norms, embedding scale and GELU.
 //!
-//! Checked against the candle-tensor file (`gemma3.rs`, the GPU path, itself checked
-//! exact in f32 by `gemma3_model.rs`) and against llama.cpp's greedy tokens.
+//! Checked against the model graph (`graph/`, the GPU path, itself checked exact in f32
+//! by `gemma3_model.rs`) and against llama.cpp's greedy tokens.
 //!
 //! Needs the model fetched (`formwork models fetch gemma3-270m`, or `FORMWORK_HOME`, or
 //! `FORMWORK_GEMMA3_GGUF`); without it each test prints `SKIPPED:` and returns.
@@ -111,7 +111,7 @@ fn bad_input_is_an_error() {
 
 /// With a window of 8, the local layers see less of a longer sequence, so its logits
 /// move; prefill in one pass, in chunks and token by token all apply the same window;
-/// and the CPU file and the candle file with the same window pick the same token.
+/// and the CPU file and the model graph (candle's path) with the same window pick the same token.
 #[test]
 fn sliding_window_is_honoured_at_prefill_and_decode() {
     let Some(m) = ours() else { return };
@@ -141,26 +141,28 @@ fn sliding_window_is_honoured_at_prefill_and_decode() {
         let d = max_abs_diff(&full, &last);
         assert!(d <= 1e-4, "chunks of {chunk}: largest difference {d}");
     }
-    // The candle file with the same window (weights as stored).
+    // The model graph with the same window (weights as stored).
     let path = common::gemma3_path().unwrap();
     let mut f = std::fs::File::open(path).unwrap();
     let ct = gguf_file::Content::read(&mut f).unwrap();
-    let opts = formwork_models::gemma3::Options {
-        sliding_window: Some(W),
-        requantize: false,
-        ..Default::default()
-    };
-    let mut c =
-        formwork_models::gemma3::ModelWeights::from_gguf_with(ct, &mut f, &Device::Cpu, &opts)
-            .unwrap();
+    let mut c = formwork_models::graph::GraphModel::from_gguf(ct, &mut f, &Device::Cpu)
+        .unwrap()
+        .with_sliding_window(W)
+        .unwrap();
     let input = candle_core::Tensor::new(ids, &Device::Cpu)
         .unwrap()
         .unsqueeze(0)
         .unwrap();
-    let theirs: Vec<f32> = c.forward(&input, 0).unwrap().to_vec1().unwrap();
+    let theirs: Vec<f32> = c
+        .forward(&input, 0)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
     let d = max_abs_diff(&full, &theirs);
     eprintln!(
-        "window {W}: largest difference from the candle file {d} (max |logit| {})",
+        "window {W}: largest difference from the model graph {d} (max |logit| {})",
         common::scale(&theirs)
     );
     assert_eq!(argmax(&full), argmax(&theirs));

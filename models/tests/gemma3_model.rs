@@ -1,4 +1,5 @@
-//! formwork's Gemma 3 model file against the real Gemma 3 270M GGUF.
+//! The model graph (`formwork_models::graph`, candle's path: what GPUs run) on the real
+//! Gemma 3 270M GGUF, on candle's CPU device.
 //!
 //! Needs the model fetched into the cache (`formwork models fetch gemma3-270m`),
 //! or `FORMWORK_GEMMA3_GGUF` pointing at the file; without it each test prints
@@ -11,7 +12,15 @@ use std::sync::OnceLock;
 
 use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
-use formwork_models::gemma3::{ModelWeights, Options};
+use formwork_models::graph::{GraphModel as ModelWeights, GraphOptions};
+use formwork_models::runtime::{load_file, Backend, DeviceChoice, LoadOptions};
+
+/// How a test loads the graph: weights dequantised to f32, a smaller sliding window.
+#[derive(Default)]
+struct Options {
+    dequantize: bool,
+    sliding_window: Option<usize>,
+}
 
 fn skip_note() {
     common::skip::skipped(format_args!(
@@ -36,7 +45,13 @@ fn load_with(opts: &Options) -> Option<Loaded> {
         .iter()
         .map(|v| v.to_string().expect("token string").clone())
         .collect();
-    let model = ModelWeights::from_gguf_with(ct, &mut f, &Device::Cpu, opts).expect("load");
+    let g = GraphOptions {
+        dequantize: opts.dequantize,
+    };
+    let mut model = ModelWeights::from_gguf_with(ct, &mut f, &Device::Cpu, &g).expect("load");
+    if let Some(w) = opts.sliding_window {
+        model = model.with_sliding_window(w).expect("window");
+    }
     Some(Loaded { model, vocab })
 }
 
@@ -67,11 +82,12 @@ fn ids(t: &[u32]) -> Tensor {
 }
 
 fn argmax(logits: &Tensor) -> u32 {
-    common::argmax(&logits.to_vec1::<f32>().unwrap())
+    common::argmax(&logits.flatten_all().unwrap().to_vec1::<f32>().unwrap())
 }
 
 fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
-    common::max_abs_diff(&a.to_vec1::<f32>().unwrap(), &b.to_vec1::<f32>().unwrap())
+    let v = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    common::max_abs_diff(&v(a), &v(b))
 }
 
 /// Detokenises by SentencePiece piece: `▁` is a space, `<0xNN>` a byte.
@@ -135,6 +151,7 @@ fn config_is_read_from_gguf_metadata() {
         return skip_note();
     };
     let c = l.model.config();
+    assert_eq!(c.arch, formwork_models::llama::Arch::Gemma3);
     assert_eq!(
         (
             c.hidden_size,
@@ -144,19 +161,15 @@ fn config_is_read_from_gguf_metadata() {
         ),
         (640, 18, 4, 1)
     );
-    assert_eq!(
-        (c.head_dim, c.intermediate_size, c.vocab_size),
-        (256, 2048, 262144)
-    );
-    assert_eq!((c.sliding_window, c.sliding_window_pattern), (512, 6));
-    assert_eq!(
-        (c.rope_theta, c.rope_local_base_freq),
-        (1_000_000.0, 10_000.0)
-    );
+    assert_eq!((c.head_dim, c.vocab_size), (256, 262144));
+    let s = c.sliding.as_ref().expect("Gemma 3 has local layers");
+    assert_eq!((s.window, s.pattern), (512, 6));
+    assert_eq!((c.rope_theta, s.rope_theta), (1_000_000.0, 10_000.0));
     assert_eq!(c.context_length, 32768);
-    assert!((c.attn_scale - 1.0 / 16.0).abs() < 1e-12);
+    assert!((c.attn_scale - 1.0 / 16.0).abs() < 1e-7);
+    assert!((c.embed_scale - 640f32.sqrt()).abs() < 1e-5);
     // Layers 5, 11 and 17 are global, the others local.
-    let global: Vec<usize> = (0..18).filter(|&i| !c.is_sliding(i)).collect();
+    let global: Vec<usize> = (0..18).filter(|&i| c.window(i).is_none()).collect();
     assert_eq!(global, [5, 11, 17]);
 }
 
@@ -184,7 +197,13 @@ fn raw_prompts_about_france_are_completed_with_paris() {
     // " the capital of the country of France." (llama.cpp gives the same), with
     // " Paris" third among the first-step logits.
     m.clear_kv_cache();
-    let logits: Vec<f32> = m.forward(&ids(&FRANCE), 0).unwrap().to_vec1().unwrap();
+    let logits: Vec<f32> = m
+        .forward(&ids(&FRANCE), 0)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
     let above = logits
         .iter()
         .filter(|&&x| x > logits[PARIS as usize])
@@ -225,6 +244,8 @@ fn chunked_and_token_by_token_prefill_match_full_prefill() {
     m.clear_kv_cache();
     let full = m.forward(&ids(&YEAR), 0).unwrap();
     let scale = full
+        .flatten_all()
+        .unwrap()
         .abs()
         .unwrap()
         .max(0)
@@ -241,7 +262,7 @@ fn chunked_and_token_by_token_prefill_match_full_prefill() {
 }
 
 #[test]
-fn clone_is_a_snapshot_and_index_pos_rolls_back() {
+fn clone_is_a_snapshot_and_truncate_rolls_back() {
     let Some(l) = shared() else {
         return skip_note();
     };
@@ -260,6 +281,8 @@ fn clone_is_a_snapshot_and_index_pos_rolls_back() {
     assert_eq!(max_abs_diff(&la, &lb), 0.0);
     // Rolling `a` back to position 20 and feeding other tokens gives what a fresh
     // model gives on the same sequence.
+    assert!(a.truncate_kv_cache(20));
+    assert!(!a.truncate_kv_cache(21), "truncate past the cache");
     let other: Vec<u32> = FRANCE[1..].to_vec();
     let rolled = a.forward(&ids(&other), 20).unwrap();
     let mut fresh = l.model.clone();
@@ -270,7 +293,7 @@ fn clone_is_a_snapshot_and_index_pos_rolls_back() {
     assert_eq!(argmax(&rolled), argmax(&want));
     // Past the cache is an error, not a silent gap.
     let err = a.forward(&ids(&[BOS]), a.cache_len() + 1).unwrap_err();
-    assert!(err.to_string().contains("past the"), "{err}");
+    assert!(err.to_string().contains("the KV cache holds"), "{err}");
 }
 
 #[test]
@@ -287,7 +310,7 @@ fn sliding_window_is_honoured_at_prefill_and_decode() {
         ..Options::default()
     })
     .unwrap();
-    assert_eq!(small.model.config().sliding_window, W);
+    assert_eq!(small.model.config().sliding.as_ref().unwrap().window, W);
     let mut m = small.model.clone();
 
     // A sequence no longer than the window: the window changes nothing.
@@ -330,16 +353,25 @@ fn greedy_tokens_agree_with_llama_cpp() {
     let Some(l) = shared() else {
         return skip_note();
     };
-    let plain = load_with(&Options {
-        requantize: false,
-        ..Options::default()
-    })
-    .unwrap();
-    for (name, model) in [("requantized", &l.model), ("as stored", &plain.model)] {
-        let mut m = model.clone();
+    // Through the runtime (candle's path is the graph), with Q5_0 requantised to Q8_0
+    // and as stored.
+    let path = common::gemma3_path().unwrap();
+    for requantize in [true, false] {
+        let opts = LoadOptions {
+            device: DeviceChoice::Cpu,
+            backend: Backend::Candle,
+            requantize,
+            ..LoadOptions::default()
+        };
+        let mut m = load_file(&path, "gemma3-270m", opts).unwrap();
+        let name = if requantize {
+            "requantized"
+        } else {
+            "as stored"
+        };
         common::assert_agrees_with_gemma_reference(
             name,
-            |t, pos| m.forward(&ids(t), pos).unwrap().to_vec1().unwrap(),
+            |t, pos| m.model.forward(t, pos).unwrap(),
             |t| decode(&l.vocab, t),
         );
     }

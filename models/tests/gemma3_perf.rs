@@ -1,4 +1,5 @@
-//! Load time, peak RSS, prefill and decode speed of the Gemma 3 270M model.
+//! Load time, peak RSS, prefill and decode speed of the Gemma 3 270M model on the model
+//! graph (candle's path), on candle's CPU device.
 //! A measurement, not a timed test: it asserts nothing about speed and is ignored
 //! by default. Run it alone, once per thread count:
 //!
@@ -11,9 +12,7 @@ mod common;
 
 use std::time::Instant;
 
-use candle_core::quantized::gguf_file;
-use candle_core::{Device, Tensor};
-use formwork_models::gemma3::{ModelWeights, Options};
+use formwork_models::runtime::{load_file, Backend, DeviceChoice, LoadOptions};
 
 /// Peak resident set size of this process in MiB (`VmHWM`), Linux only.
 fn peak_rss_mib() -> Option<f64> {
@@ -21,10 +20,6 @@ fn peak_rss_mib() -> Option<f64> {
     let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024.0)
-}
-
-fn argmax(logits: &Tensor) -> u32 {
-    common::argmax(&logits.to_vec1::<f32>().unwrap())
 }
 
 #[test]
@@ -37,13 +32,13 @@ fn gemma3_load_prefill_decode() {
     let requantize = std::env::var("FORMWORK_GEMMA3_REQUANTIZE").as_deref() != Ok("0");
     let threads = candle_core::utils::get_num_threads();
     let t0 = Instant::now();
-    let mut f = std::fs::File::open(&path).unwrap();
-    let ct = gguf_file::Content::read(&mut f).unwrap();
-    let opts = Options {
+    let opts = LoadOptions {
+        device: DeviceChoice::Cpu,
+        backend: Backend::Candle,
         requantize,
-        ..Options::default()
+        ..LoadOptions::default()
     };
-    let mut m = ModelWeights::from_gguf_with(ct, &mut f, &Device::Cpu, &opts).unwrap();
+    let mut m = load_file(&path, "gemma3-270m", opts).unwrap().model;
     let load = t0.elapsed().as_secs_f64();
     let rss_load = peak_rss_mib().unwrap_or(f64::NAN);
 
@@ -51,26 +46,18 @@ fn gemma3_load_prefill_decode() {
     let prompt: Vec<u32> = std::iter::once(2u32)
         .chain((0..127).map(|i| 1000 + (i * 7919) % 20000))
         .collect();
-    let input = Tensor::new(prompt.as_slice(), &Device::Cpu)
-        .unwrap()
-        .unsqueeze(0)
-        .unwrap();
     // Warm-up (thread pool, allocations), then the measured prefill.
-    m.forward(&input.narrow(1, 0, 8).unwrap(), 0).unwrap();
+    m.forward(&prompt[..8], 0).unwrap();
     m.clear_kv_cache();
     let t1 = Instant::now();
-    let mut logits = m.forward(&input, 0).unwrap();
+    let mut logits = m.forward(&prompt, 0).unwrap();
     let prefill = t1.elapsed().as_secs_f64();
 
     let n_decode = 64;
     let t2 = Instant::now();
     for i in 0..n_decode {
-        let t = argmax(&logits);
-        let x = Tensor::new(&[t], &Device::Cpu)
-            .unwrap()
-            .unsqueeze(0)
-            .unwrap();
-        logits = m.forward(&x, prompt.len() + i).unwrap();
+        let t = common::argmax(&logits);
+        logits = m.forward(&[t], prompt.len() + i).unwrap();
     }
     let decode = t2.elapsed().as_secs_f64();
     eprintln!(

@@ -1,5 +1,5 @@
-//! formwork's llama model file (Q4_1 kernels, in-place KV cache) against candle's
-//! `quantized_llama` on the real SmolLM2-135M-Instruct Q4_1 GGUF.
+//! formwork's llama model file (Q4_1 kernels, in-place KV cache) against the model graph
+//! (candle's path, `graph/`) on the real SmolLM2-135M-Instruct Q4_1 GGUF.
 //!
 //! Needs the model fetched (`formwork models fetch smollm2-135m`, or `FORMWORK_HOME`);
 //! without it each test prints `SKIPPED:` and returns.

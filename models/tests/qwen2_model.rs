@@ -1,7 +1,7 @@
 //! formwork's two Qwen2 model files on the real Qwen2.5-Coder-0.5B-Instruct Q4_K_M GGUF.
 //!
-//! The candle-tensor file (`qwen2.rs`, the GPU path): the config from the metadata,
-//! logits against candle's `quantized_qwen2` (the same computation, but not `Clone`),
+//! The model graph (`graph/`, candle's path: what GPUs run): the config from the
+//! metadata, logits against candle-transformers' `quantized_qwen2` (the same computation),
 //! chunked prefill and decode against one prefill, independent snapshots, a greedy chat
 //! answer, and bad input.
 //!
@@ -22,7 +22,8 @@ use candle_core::quantized::gguf_file;
 use candle_core::{Device, Tensor};
 use common::{scale, text_ids, TEXT};
 use formwork_models::chat::{render_chat, ChatMessage};
-use formwork_models::qwen2::{Config, ModelWeights};
+use formwork_models::graph::GraphModel;
+use formwork_models::llama::Config;
 use formwork_models::runtime::{Backend, LoadedModel};
 
 /// The candle-tensor path through the runtime (what GPUs run), loaded once; tests take
@@ -52,10 +53,8 @@ fn config_is_read_from_gguf_metadata() {
     };
     let (ct, _) = content(&path);
     let c = Config::from_gguf(&ct).unwrap();
-    assert_eq!(
-        (c.vocab_size, c.hidden_size, c.intermediate_size),
-        (151_936, 896, 4864)
-    );
+    assert_eq!(c.arch, formwork_models::llama::Arch::Qwen2);
+    assert_eq!((c.vocab_size, c.hidden_size), (151_936, 896));
     assert_eq!(
         (
             c.num_hidden_layers,
@@ -69,10 +68,11 @@ fn config_is_read_from_gguf_metadata() {
     assert_eq!(c.rope_scaling_factor, 1.0);
     assert_eq!(c.context_length, 32_768);
     assert!((c.rms_norm_eps - 1e-6).abs() < 1e-9, "{}", c.rms_norm_eps);
+    assert_eq!(c.sliding, None);
 }
 
-/// The same prompt through candle-transformers' `quantized_qwen2` and through ours (both on
-/// the weights as stored): the same next token, logits equal up to summation order.
+/// The same prompt through candle-transformers' `quantized_qwen2` and through the graph
+/// (both on the weights as stored): the same next token, logits equal up to summation order.
 #[test]
 fn logits_agree_with_candle_quantized_qwen2() {
     let Some(path) = common::qwen2_path() else {
@@ -102,12 +102,14 @@ fn logits_agree_with_candle_quantized_qwen2() {
             .unwrap()
     };
     let (ct, mut f) = content(&path);
-    let opts = formwork_models::qwen2::Options {
-        requantize: false,
-        ..Default::default()
-    };
-    let mut ours = ModelWeights::from_gguf_with(ct, &mut f, &Device::Cpu, &opts).unwrap();
-    let got: Vec<f32> = ours.forward(&input, 0).unwrap().to_vec1().unwrap();
+    let mut ours = GraphModel::from_gguf(ct, &mut f, &Device::Cpu).unwrap();
+    let got: Vec<f32> = ours
+        .forward(&input, 0)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1()
+        .unwrap();
     let d = common::max_abs_diff(&want, &got);
     eprintln!("largest logit difference from candle's quantized_qwen2: {d}");
     assert_eq!(common::argmax(&want), common::argmax(&got));

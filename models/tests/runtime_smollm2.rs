@@ -44,13 +44,8 @@ fn loads_with_its_tokenizer_and_metadata() {
     assert_eq!(m.name, "smollm2-135m");
     assert_eq!(m.model.vocab_size(), 49152);
     assert_eq!(m.tokenizer.vocab_size(), 49152);
-    // formwork's llama model (the default on x86-64 with AVX2) runs the file's 8192;
-    // candle's quantized_llama stops at its 4096-position RoPE table.
-    assert!(
-        [4096, 8192].contains(&m.context_length),
-        "context length {}",
-        m.context_length
-    );
+    // Both model files run the file's 8192 positions.
+    assert_eq!(m.context_length, 8192);
     assert!(m.tokenizer.chat_template().is_some());
 }
 
@@ -151,7 +146,8 @@ fn requantised_model_agrees_with_the_original() {
     if model().is_none() {
         return;
     }
-    // candle's quantized_llama both ways: formwork's own llama model never requantises Q4_1.
+    // The model graph (candle's path) both ways: formwork's own llama model never
+    // requantises Q4_1.
     let options = LoadOptions {
         device: DeviceChoice::Cpu,
         requantize: false,

@@ -81,8 +81,8 @@ cli_enum!(
     KvArg => formwork_models::llama::KvType {
         /// 4 bytes a value, exactly as computed.
         F32,
-        /// 2 bytes a value (llama.cpp's default): half the memory per position; needs
-        /// formwork's CPU model file (every architecture formwork runs, on an AVX2 CPU).
+        /// 2 bytes a value (llama.cpp's default): half the memory per position, on the
+        /// CPU and on a GPU.
         F16,
     }
 );
@@ -113,7 +113,7 @@ pub struct LoadArgs {
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendArg,
     /// How the KV cache stores keys and values: f32, or f16 (half the memory per
-    /// position; formwork's CPU model file only).
+    /// position, on every device).
     #[arg(long, value_enum, default_value = "f32")]
     pub kv_cache: KvArg,
 }

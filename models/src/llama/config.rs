@@ -361,11 +361,11 @@ impl Config {
         })
     }
 
-    pub(super) fn kv_dim(&self) -> usize {
+    pub(crate) fn kv_dim(&self) -> usize {
         self.num_key_value_heads * self.head_dim
     }
 
-    pub(super) fn q_dim(&self) -> usize {
+    pub(crate) fn q_dim(&self) -> usize {
         self.num_attention_heads * self.head_dim
     }
 

@@ -3,17 +3,18 @@
 //! `llama.*`, `qwen2.*`, `qwen3.*`, `gemma2.*`, `gemma3.*` or `phi3.*` metadata,
 //! `ModelWeights::from_gguf`, `forward(input, index_pos)` and `clear_kv_cache()`.
 //!
-//! formwork carries its own file for speed on the CPU; `candle_transformers`'
-//! `quantized_llama` and formwork's candle-tensor `qwen2.rs` and `gemma3.rs` stay the
-//! paths on GPUs and where this one does not apply (see [`crate::runtime::Backend`]). Two
-//! things cost those paths time on the CPU:
+//! formwork carries its own file for speed on the CPU; the model graph ([`crate::graph`],
+//! candle tensor ops on any device, the same [`Config`]) is the path on GPUs and where
+//! this one does not apply (see [`crate::runtime::Backend`]). Two things cost candle's
+//! path time on the CPU:
 //! - candle has no SIMD kernel for Q4_1 or Q5_0, so the runtime requantises them to Q8_0
 //!   (SmolLM2 Q4_1 moved 145 MB of weights per token where the file holds 85 MB; Qwen2.5's
 //!   133 Q5_0 tensors and Gemma 3's 81 likewise). Here Q4_1, Q5_0, Q8_0, Q4_K and Q6_K
 //!   tensors keep their file bytes and run through [`crate::quant`] (AVX2 / AVX-512 VNNI,
 //!   detected at run time); other types go through candle's `QMatMul`.
-//! - their KV cache grows by `Tensor::cat`, copying the whole cache of every layer at
-//!   every token. Here each layer's cache is a `Vec<f32>` that grows in place.
+//! - candle's own model files grow their KV cache by `Tensor::cat`, copying the whole
+//!   cache of every layer at every token. Here each layer's cache is a `Vec` that grows
+//!   in place (the graph's grows in place on the device).
 //!
 //! One layer, as llama.cpp computes it (`llm_build_llama`, `llm_build_qwen2`,
 //! `llm_build_qwen3`, `llm_build_gemma2_iswa`, `llm_build_gemma3`, `llama_model_phi3`):
@@ -82,6 +83,7 @@ pub use config::{Arch, Config, RopeStyle, Sliding};
 
 use cache::LayerCache;
 use forward::forward_impl;
+pub(crate) use weights::RopeFactors;
 use weights::Weights;
 
 fn bail<T>(msg: String) -> Result<T> {

@@ -150,11 +150,9 @@ pub(super) struct Weights {
     /// `/ factor[i]` where the file has per-pair factors: Llama 3's `rope_freqs`, or
     /// Phi-3's long or short ones, [`Weights::rope_factors`]).
     pub(super) inv_freq: Vec<f32>,
-    /// Phi-3's LongRoPE factors (`rope_factors_long.weight`, `rope_factors_short.weight`),
-    /// kept so that [`Weights::set_context_length`] can pick again.
-    pub(super) long_short: Option<[Vec<f32>; 2]>,
-    /// Llama 3's `rope_freqs.weight`.
-    pub(super) rope_freqs: Option<Vec<f32>>,
+    /// The file's per-pair factors, kept so that [`Weights::set_context_length`] can
+    /// pick again.
+    pub(super) rope: RopeFactors,
     /// The same for the local layers' base, unscaled (empty without local layers).
     pub(super) inv_freq_local: Vec<f32>,
 }
@@ -322,16 +320,70 @@ impl Weights {
                 cfg.vocab_size
             ));
         }
-        let rd = cfg.rope_dim;
-        let inv_freq_local = match &cfg.sliding {
-            Some(s) => base_inv_freq(s.rope_theta, rd, 1.0),
-            None => Vec::new(),
+        let rope = RopeFactors::load(ct, reader, &cfg)?;
+        let inv_freq_local = rope.inv_freq_local(&cfg);
+        let mut w = Self {
+            cfg,
+            embed,
+            layers,
+            norm,
+            output,
+            inv_freq: Vec::new(),
+            inv_freq_local,
+            rope,
         };
+        w.inv_freq = w.rope.inv_freq(&w.cfg);
+        Ok(w)
+    }
+
+    pub(super) fn rope_factors(&self) -> Option<&[f32]> {
+        self.rope.factors(&self.cfg)
+    }
+
+    /// Runs with a context of `n` positions at most (no more than the file's): positions
+    /// past it are refused, and a LongRoPE file picks its factors by it.
+    pub(super) fn set_context_length(&mut self, n: usize) {
+        self.cfg.context_length = n;
+        self.inv_freq = self.rope.inv_freq(&self.cfg);
+    }
+}
+
+/// The per-pair RoPE factors a file may carry: Llama 3's `rope_freqs.weight`, or Phi-3's
+/// LongRoPE pair (`rope_factors_long.weight`, `rope_factors_short.weight`), of which the
+/// context length picks one. Read on the host, checked; shared with [`crate::graph`].
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RopeFactors {
+    /// Llama 3's `rope_freqs.weight`.
+    rope_freqs: Option<Vec<f32>>,
+    /// Phi-3's long and short factors, kept so that the context length can pick again.
+    long_short: Option<[Vec<f32>; 2]>,
+}
+
+impl RopeFactors {
+    /// Read and check the factors of the model `cfg` describes (none where the file has
+    /// none).
+    pub(crate) fn load<R: std::io::Seek + std::io::Read>(
+        ct: &gguf_file::Content,
+        reader: &mut R,
+        cfg: &Config,
+    ) -> Result<Self> {
+        let cpu = Device::Cpu;
+        let rd = cfg.rope_dim;
         let mut factors = |name: &str| -> Result<Option<Vec<f32>>> {
             if !ct.tensor_infos.contains_key(name) {
                 return Ok(None);
             }
-            let f = vector(tensor(reader, name)?, name, rd / 2)?;
+            let q = ct
+                .tensor(reader, name, &cpu)
+                .map_err(|e| candle_core::Error::Msg(format!("GGUF tensor `{name}`: {e}")))?;
+            let f: Vec<f32> = q.dequantize(&cpu)?.flatten_all()?.to_vec1()?;
+            if f.len() != rd / 2 {
+                return bail(format!(
+                    "GGUF tensor `{name}` has {} values, expected {}",
+                    f.len(),
+                    rd / 2
+                ));
+            }
             if let Some(bad) = f.iter().find(|f| !(**f > 0.0 && f.is_finite())) {
                 return bail(format!(
                     "GGUF tensor `{name}` holds {bad}; RoPE factors must be positive"
@@ -359,44 +411,32 @@ impl Weights {
                 cfg.arch.name()
             ));
         }
-        let mut w = Self {
-            cfg,
-            embed,
-            layers,
-            norm,
-            output,
-            inv_freq: Vec::new(),
-            inv_freq_local,
-            long_short,
+        Ok(Self {
             rope_freqs,
-        };
-        w.inv_freq = w.global_inv_freq();
-        Ok(w)
+            long_short,
+        })
     }
 
     /// The per-pair factors the global layers' angles are divided by: Llama 3's
-    /// `rope_freqs`; or Phi-3's long ones when the context length is past the original
-    /// context, else its short ones (llama.cpp's `get_rope_factors`, which `rope_freqs`
-    /// also wins).
-    pub(super) fn rope_factors(&self) -> Option<&[f32]> {
+    /// `rope_freqs`; or Phi-3's long ones when `cfg`'s context length is past the
+    /// original context, else its short ones (llama.cpp's `get_rope_factors`, which
+    /// `rope_freqs` also wins).
+    pub(crate) fn factors(&self, cfg: &Config) -> Option<&[f32]> {
         if let Some(f) = &self.rope_freqs {
             return Some(f);
         }
         let [long, short] = self.long_short.as_ref()?;
-        let long_ctx = self
-            .cfg
+        let long_ctx = cfg
             .rope_original_context
-            .is_some_and(|o| self.cfg.context_length > o);
+            .is_some_and(|o| cfg.context_length > o);
         Some(if long_ctx { long } else { short })
     }
 
-    fn global_inv_freq(&self) -> Vec<f32> {
-        let mut f = base_inv_freq(
-            self.cfg.rope_theta,
-            self.cfg.rope_dim,
-            self.cfg.rope_scaling_factor,
-        );
-        if let Some(d) = self.rope_factors() {
+    /// The global layers' `1 / base^(2i / rope_dim)` per pair, `/ rope_scaling_factor`
+    /// and `/ factor[i]` where the file has factors.
+    pub(crate) fn inv_freq(&self, cfg: &Config) -> Vec<f32> {
+        let mut f = base_inv_freq(cfg.rope_theta, cfg.rope_dim, cfg.rope_scaling_factor);
+        if let Some(d) = self.factors(cfg) {
             for (f, d) in f.iter_mut().zip(d) {
                 *f /= d;
             }
@@ -404,11 +444,12 @@ impl Weights {
         f
     }
 
-    /// Runs with a context of `n` positions at most (no more than the file's): positions
-    /// past it are refused, and a LongRoPE file picks its factors by it.
-    pub(super) fn set_context_length(&mut self, n: usize) {
-        self.cfg.context_length = n;
-        self.inv_freq = self.global_inv_freq();
+    /// The same for the local layers' base, unscaled (empty without local layers).
+    pub(crate) fn inv_freq_local(&self, cfg: &Config) -> Vec<f32> {
+        match &cfg.sliding {
+            Some(s) => base_inv_freq(s.rope_theta, cfg.rope_dim, 1.0),
+            None => Vec::new(),
+        }
     }
 }
 

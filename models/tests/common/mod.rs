@@ -1,6 +1,7 @@
 //! Helpers shared by the model tests (each test file uses the ones it needs).
 #![allow(dead_code)]
 
+pub mod family;
 #[path = "../../../tests/support/skip.rs"]
 pub mod skip;
 use std::path::{Path, PathBuf};
