@@ -1,5 +1,6 @@
 //! Load time, peak RSS, prefill and decode speed of the Gemma 3 270M model on the model
-//! graph (candle's path), on candle's CPU device.
+//! graph (candle's path), on candle's CPU device, or with `FORMWORK_PERF_BACKEND=formwork`
+//! on formwork's CPU file, so that the graph's cost on the CPU is known beside it.
 //! A measurement, not a timed test: it asserts nothing about speed and is ignored
 //! by default. Run it alone, once per thread count:
 //!
@@ -30,11 +31,15 @@ fn gemma3_load_prefill_decode() {
         return;
     };
     let requantize = std::env::var("FORMWORK_GEMMA3_REQUANTIZE").as_deref() != Ok("0");
+    let backend = match std::env::var("FORMWORK_PERF_BACKEND").as_deref() {
+        Ok("formwork") => Backend::Formwork,
+        _ => Backend::Candle,
+    };
     let threads = candle_core::utils::get_num_threads();
     let t0 = Instant::now();
     let opts = LoadOptions {
         device: DeviceChoice::Cpu,
-        backend: Backend::Candle,
+        backend,
         requantize,
         ..LoadOptions::default()
     };
@@ -61,7 +66,7 @@ fn gemma3_load_prefill_decode() {
     }
     let decode = t2.elapsed().as_secs_f64();
     eprintln!(
-        "gemma3-270m threads={threads} requantize={requantize}: load {load:.2} s (peak RSS {rss_load:.0} MiB), \
+        "gemma3-270m {backend:?} threads={threads} requantize={requantize}: load {load:.2} s (peak RSS {rss_load:.0} MiB), \
          prefill {} tok in {prefill:.2} s = {:.1} tok/s, decode {n_decode} tok = {:.1} tok/s, peak RSS {:.0} MiB",
         prompt.len(),
         prompt.len() as f64 / prefill,

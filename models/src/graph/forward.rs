@@ -34,6 +34,9 @@ pub(super) fn forward_impl(
     } else {
         Some(RopeRows::new(&w.inv_freq_local, &positions, 1.0, dev)?)
     };
+    // Each segment's causal masks, one per window kind (global, local), built once for
+    // all layers.
+    let mut masks: Vec<[Option<Mask>; 2]> = segs.iter().map(|_| [None, None]).collect();
     let (heads, kv_heads, hd) = (
         cfg.num_attention_heads,
         cfg.num_key_value_heads,
@@ -78,18 +81,16 @@ pub(super) fn forward_impl(
         let k = rope(cfg, &k, rows)?.squeeze(0)?;
         let mut outs = Vec::with_capacity(segs.len());
         let mut r0 = 0;
-        for (c, &(toks, pos)) in caches.iter_mut().zip(segs) {
+        for ((c, &(toks, pos)), m) in caches.iter_mut().zip(segs).zip(&mut masks) {
             let c = &mut c[l];
             let rows = toks.len();
             c.push(&k.narrow(1, r0, rows)?, &v.narrow(1, r0, rows)?)?;
-            outs.push(attention(
-                cfg,
-                &q.narrow(1, r0, rows)?,
-                c,
-                pos,
-                window,
-                dev,
-            )?);
+            let m = &mut m[usize::from(window.is_some())];
+            if m.is_none() {
+                *m = Some(Mask::new(rows, pos, window, dev)?);
+            }
+            let m = m.as_ref().expect("built above");
+            outs.push(attention(cfg, &q.narrow(1, r0, rows)?, c, m)?);
             r0 += rows;
         }
         let att = Tensor::cat(&outs, 0)?;
@@ -200,33 +201,22 @@ fn rope(cfg: &Config, x: &Tensor, rows: &RopeRows) -> Result<Tensor> {
     Tensor::cat(&[&turned, &x.narrow(3, rd, hd - rd)?], 3)?.contiguous()
 }
 
-/// Causal attention of one sequence's new rows `q` `(heads, rows, head_dim)` at
-/// positions `pos..` over its cache `c` (which holds them already): `(rows, heads *
-/// head_dim)`. A local layer sees the last `window` positions of each row.
-fn attention(
-    cfg: &Config,
-    q: &Tensor,
-    c: &LayerKv,
-    pos: usize,
-    window: Option<usize>,
-    dev: &Device,
-) -> Result<Tensor> {
-    let (heads, rows, hd) = q.dims3()?;
-    let kv_heads = cfg.num_key_value_heads;
-    let rep = heads / kv_heads;
-    let end = pos + rows;
-    // The first row sees from here; later rows' windows start later (the mask).
-    let start = window.map_or(0, |w| (pos + 1).saturating_sub(w));
-    let (k, v) = c.view(start)?;
-    let seen = end - start;
-    // GQA without copying K/V: query heads h = g * rep + r share kv head g, so
-    // `(heads, rows, hd)` is `(kv_heads, rep * rows, hd)`.
-    let q = q.contiguous()?.reshape((kv_heads, rep * rows, hd))?;
-    let mut s = (q.matmul(&k.t()?)? * cfg.attn_scale as f64)?;
-    if let Some(cap) = cfg.attn_softcap {
-        s = soft_cap(&s, cap)?;
-    }
-    if rows > 1 {
+/// What one sequence's rows see on a layer kind: the cache from `start` on, and, where
+/// it feeds more than one row, the additive causal mask `(rows, seen)` (0 where visible,
+/// -inf elsewhere; a local layer's window cuts each row's view at `window` positions).
+struct Mask {
+    start: usize,
+    mask: Option<Tensor>,
+}
+
+impl Mask {
+    fn new(rows: usize, pos: usize, window: Option<usize>, dev: &Device) -> Result<Self> {
+        // The first row sees from here; later rows' windows start later (the mask).
+        let start = window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        let seen = pos + rows - start;
+        if rows == 1 {
+            return Ok(Self { start, mask: None });
+        }
         let mut m = Vec::with_capacity(rows * seen);
         for i in 0..rows {
             let qp = pos + i;
@@ -236,10 +226,33 @@ fn attention(
                 m.push(if visible { 0f32 } else { f32::NEG_INFINITY });
             }
         }
-        let m = Tensor::from_vec(m, (rows, seen), dev)?;
+        Ok(Self {
+            start,
+            mask: Some(Tensor::from_vec(m, (rows, seen), dev)?),
+        })
+    }
+}
+
+/// Causal attention of one sequence's new rows `q` `(heads, rows, head_dim)` over its
+/// cache `c` (which holds them already), as `m` says what each row sees: `(rows, heads *
+/// head_dim)`.
+fn attention(cfg: &Config, q: &Tensor, c: &LayerKv, m: &Mask) -> Result<Tensor> {
+    let (heads, rows, hd) = q.dims3()?;
+    let kv_heads = cfg.num_key_value_heads;
+    let rep = heads / kv_heads;
+    let (k, v) = c.view(m.start)?;
+    let seen = k.dim(1)?;
+    // GQA without copying K/V: query heads h = g * rep + r share kv head g, so
+    // `(heads, rows, hd)` is `(kv_heads, rep * rows, hd)`.
+    let q = q.contiguous()?.reshape((kv_heads, rep * rows, hd))?;
+    let mut s = (q.matmul(&k.t()?)? * cfg.attn_scale as f64)?;
+    if let Some(cap) = cfg.attn_softcap {
+        s = soft_cap(&s, cap)?;
+    }
+    if let Some(mask) = &m.mask {
         s = s
             .reshape((kv_heads, rep, rows, seen))?
-            .broadcast_add(&m)?
+            .broadcast_add(mask)?
             .reshape((kv_heads, rep * rows, seen))?;
     }
     let p = candle_nn::ops::softmax_last_dim(&s)?;
