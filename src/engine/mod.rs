@@ -24,6 +24,7 @@ pub mod prompt;
 pub mod repeats;
 pub mod schema_hash;
 pub mod source;
+pub mod think;
 pub mod tools;
 pub mod workers;
 
