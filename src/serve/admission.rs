@@ -222,6 +222,8 @@ pub(super) fn submit(
                 .filter(|_| matches!(a.req.format, Format::Schema { .. }))
                 .map(|c| c.value.clone()),
             call_bias: state.cfg.call_bias,
+            think: None,
+            think_watch: None,
         },
         deadline: state.cfg.request_timeout.map(|t| a.received + t),
         cancel: cancel.clone(),

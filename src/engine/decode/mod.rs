@@ -47,4 +47,4 @@ pub use free::{decode_free, Until};
 pub use masked::decode_masked;
 pub use options::{Codec, DecodeOptions, Redirect, Stop, Watch};
 pub use output::{canonical_spans, DecodeOutput, DecodeStats, NullDecision};
-pub use think::{decode_think, ThinkOutput, ThinkPlan};
+pub use think::{decode_think, think, ThinkOutput, ThinkPlan, Thought};

@@ -47,13 +47,32 @@ pub struct ThinkPlan<'a> {
     pub watch: Option<Watch>,
 }
 
-/// A thinking turn: its thought and its answer.
+/// The think block of a turn, and where it leaves the model for the answer.
 #[derive(Clone, Debug)]
-pub struct ThinkOutput {
-    /// The think block's tokens, markers included, and its text without them.
-    pub thought: DecodeOutput,
+pub struct Thought {
+    /// The block's tokens, markers included (empty when the phase was skipped).
+    pub out: DecodeOutput,
+    /// Its text without the markers and the separator, trimmed.
     pub text: String,
     /// The engine closed the block (the budget ran out), not the model.
+    pub forced_close: bool,
+    /// The logits after the block and the position they are at: where the answer starts.
+    pub logits: Vec<f32>,
+    pub pos: usize,
+}
+
+impl Thought {
+    /// The run stopped inside the thought (time limit, cancelled): there is no answer.
+    pub fn stopped(&self) -> bool {
+        matches!(self.out.stop, Stop::Timeout | Stop::Cancelled)
+    }
+}
+
+/// A thinking turn under a grammar: its thought and its answer.
+#[derive(Clone, Debug)]
+pub struct ThinkOutput {
+    pub thought: DecodeOutput,
+    pub text: String,
     pub forced_close: bool,
     /// The answer under the grammar.
     pub answer: DecodeOutput,
@@ -67,11 +86,55 @@ pub fn decode_think(
     codec: &dyn Codec,
     matcher: &mut Matcher,
     sampler: &mut Sampler,
+    logits: Vec<f32>,
+    pos: usize,
+    opts: &DecodeOptions,
+    plan: &ThinkPlan<'_>,
+) -> formwork_models::Result<ThinkOutput> {
+    let min = matcher.min_completion_tokens().max(1);
+    let t = think(model.as_mut(), codec, sampler, logits, pos, opts, plan, min)?;
+    let answer = if t.stopped() {
+        let mut a = DecodeOutput::empty();
+        a.stop = t.out.stop;
+        a
+    } else {
+        let answer_opts = DecodeOptions {
+            max_tokens: opts.max_tokens.saturating_sub(t.out.tokens.len()),
+            ..opts.clone()
+        };
+        decode_masked(
+            model,
+            codec,
+            matcher,
+            sampler,
+            t.logits,
+            t.pos,
+            &answer_opts,
+        )?
+    };
+    Ok(ThinkOutput {
+        thought: t.out,
+        text: t.text,
+        forced_close: t.forced_close,
+        answer,
+    })
+}
+
+/// The thought phase alone (steps 1 to 4 of the module doc, up to the answer):
+/// `min_answer` tokens (the shortest valid answer) are kept out of the thought, so
+/// the answer, decoded after it with `opts.max_tokens` less the block's tokens,
+/// always has room to end valid.
+#[allow(clippy::too_many_arguments)]
+pub fn think(
+    model: &mut dyn LanguageModel,
+    codec: &dyn Codec,
+    sampler: &mut Sampler,
     mut logits: Vec<f32>,
     mut pos: usize,
     opts: &DecodeOptions,
     plan: &ThinkPlan<'_>,
-) -> formwork_models::Result<ThinkOutput> {
+    min_answer: usize,
+) -> formwork_models::Result<Thought> {
     let started = Instant::now();
     let mut thought = DecodeOutput::empty();
     thought.stop = Stop::Finished;
@@ -79,14 +142,11 @@ pub fn decode_think(
     let skip = plan.budget == 0 && !plan.open.is_empty();
     if !skip {
         // Room for the markers and the shortest valid answer stays out of the thought.
-        let reserve = plan.open.len()
-            + plan.close.len()
-            + plan.after.len()
-            + matcher.min_completion_tokens().max(1);
+        let reserve = plan.open.len() + plan.close.len() + plan.after.len() + min_answer;
         let cap = plan.budget.min(opts.max_tokens.saturating_sub(reserve));
         if !plan.open.is_empty() {
             thought.push(codec, plan.open, false, true);
-            logits = thought.forward(model.as_mut(), plan.open, &mut pos)?;
+            logits = thought.forward(model, plan.open, &mut pos)?;
         }
         let eos = codec.eos_ids();
         let start = thought.bytes.len();
@@ -102,14 +162,13 @@ pub fn decode_think(
                 thought.stop = Stop::Cancelled;
             }
             if thought.stop != Stop::Finished {
-                let mut answer = DecodeOutput::empty();
-                answer.stop = thought.stop;
                 let text = String::from_utf8_lossy(&thought.bytes[start..]).into_owned();
-                return Ok(ThinkOutput {
-                    thought,
+                return Ok(Thought {
+                    out: thought,
                     text,
                     forced_close,
-                    answer,
+                    logits,
+                    pos,
                 });
             }
             if sampled >= cap {
@@ -118,7 +177,7 @@ pub fn decode_think(
                 let mut toks = plan.close.to_vec();
                 toks.extend_from_slice(plan.after);
                 thought.push(codec, &toks, false, true);
-                logits = thought.forward(model.as_mut(), &toks, &mut pos)?;
+                logits = thought.forward(model, &toks, &mut pos)?;
                 break;
             }
             let allowed =
@@ -135,24 +194,20 @@ pub fn decode_think(
                 let mut toks = vec![tok];
                 toks.extend_from_slice(plan.after);
                 thought.push(codec, plan.after, false, !plan.after.is_empty());
-                logits = thought.forward(model.as_mut(), &toks, &mut pos)?;
+                logits = thought.forward(model, &toks, &mut pos)?;
                 break;
             }
-            logits = thought.forward(model.as_mut(), &[tok], &mut pos)?;
+            logits = thought.forward(model, &[tok], &mut pos)?;
         }
         thought.stats.decode_time = started.elapsed();
     }
     let text = thought_text(&thought.bytes, codec, plan);
-    let answer_opts = DecodeOptions {
-        max_tokens: opts.max_tokens.saturating_sub(thought.tokens.len()),
-        ..opts.clone()
-    };
-    let answer = decode_masked(model, codec, matcher, sampler, logits, pos, &answer_opts)?;
-    Ok(ThinkOutput {
-        thought,
+    Ok(Thought {
+        out: thought,
         text,
         forced_close,
-        answer,
+        logits,
+        pos,
     })
 }
 
