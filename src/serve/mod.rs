@@ -81,6 +81,9 @@ pub struct ServeConfig {
     pub keep_alive: Duration,
     /// How tool turns lean between a call and an answer, and another call and the end.
     pub call_bias: crate::engine::chat::CallBias,
+    /// `--think-budget`: the thought budget of a request that names none (None: the
+    /// model is not asked to think unless the request asks).
+    pub think_budget: Option<usize>,
 }
 
 /// The loaded side: set once the model is ready.
