@@ -960,6 +960,28 @@ mod tests {
     }
 
     #[test]
+    fn the_thought_budget_comes_from_the_extension_then_the_effort() {
+        let body = |extra: &str| {
+            format!(r#"{{"model":"m","messages":[{{"role":"user","content":"hi"}}]{extra}}}"#)
+        };
+        let think = |extra: &str| chat(body(extra).as_bytes()).map(|r| r.think);
+        assert_eq!(think("").unwrap(), None);
+        assert_eq!(think(r#","reasoning_effort":"low""#).unwrap(), Some(256));
+        assert_eq!(think(r#","reasoning_effort":"none""#).unwrap(), Some(0));
+        assert_eq!(
+            think(r#","reasoning_effort":"high","formwork_think_budget":7"#).unwrap(),
+            Some(7)
+        );
+        let e = think(r#","reasoning_effort":"huge""#).unwrap_err();
+        assert_eq!(e.status.as_u16(), 400);
+        assert!(e.message.contains("reasoning_effort"), "{}", e.message);
+        let e = think(r#","formwork_think_budget":-1"#).unwrap_err();
+        assert!(e.message.contains("formwork_think_budget"), "{}", e.message);
+        let r = br#"{"model":"m","input":"x","reasoning":{"effort":"medium"}}"#;
+        assert_eq!(responses(r).unwrap().think, Some(1024));
+    }
+
+    #[test]
     fn max_completion_tokens_wins_over_max_tokens() {
         let b = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":9,"max_completion_tokens":5}"#;
         assert_eq!(
