@@ -6,6 +6,7 @@
 //! token and a bad effort is a 400 naming the field. The text is noise: the client
 //! checks validity and shape, not content.
 
+#[allow(dead_code)]
 mod common;
 #[path = "common/server.rs"]
 mod server;

@@ -65,7 +65,8 @@ pub struct ServeArgs {
     pub more_calls_bias: f32,
     /// Thought tokens at most for a request that asks for no `reasoning_effort`, on a
     /// model with think markers (Qwen3, DeepSeek-R1 distills); 0: answer without thought.
-    /// Default: not asked (the template as it is).
+    /// Default: not asked (the template as it is). Above 0 on a model without markers the
+    /// server refuses to start.
     #[arg(long)]
     pub think_budget: Option<usize>,
     #[command(flatten)]

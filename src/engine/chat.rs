@@ -66,7 +66,8 @@ pub struct ChatOptions {
     /// ([`super::decode::think`]); `Some(0)` answers without thought (the template
     /// rendered with `enable_thinking: false`). `None`: the model is not asked to think,
     /// and its template is rendered as it is. A model without think markers
-    /// ([`super::think::ThinkMarkers`]) refuses `Some(_)`.
+    /// ([`super::think::ThinkMarkers`]) refuses a budget above 0 (and takes `Some(0)` as
+    /// `None`).
     pub think: Option<usize>,
     /// Sees the thought text as it grows (a server streams it), and may cancel the run.
     pub think_watch: Option<Watch>,
@@ -439,6 +440,10 @@ impl Engine {
         let tok: &GgufTokenizer = &self.loaded.tokenizer;
         let Some(m) = super::think::ThinkMarkers::find(tok.chat_template(), tok.token_bytes())
         else {
+            if budget == 0 {
+                // No thought asked of a model that cannot think: the turn as it is.
+                return Ok((self.prompt_tokens(messages).map_err(prompt_err)?, None));
+            }
             return Err(ChatError::Think(format!(
                 "thinking was asked (a budget of {budget} tokens) but this model has no think markers in its chat template or vocabulary"
             )));
