@@ -221,7 +221,7 @@ pub fn serve_request_structured(data: &[u8]) {
         r#"{"model":"m","instructions":"i","input":[{"type":"message","role":"user","content":"x"}],"text":{"format":{"type":"json_schema","name":"F","schema":{"type":"array","items":{"enum":[1,"a",null]},"maxItems":3}}},"max_output_tokens":16}"#,
         r#"{"model":"m","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"},"max_tokens":8}"#,
     ];
-    const VALUES: [&str; 22] = [
+    const VALUES: [&str; 25] = [
         "\"required\"",
         "\"tool\"",
         "\"{\\\"a\\\":\"",
@@ -244,8 +244,11 @@ pub fn serve_request_structured(data: &[u8]) {
         "{\"type\":\"text\",\"text\":\"t\"}",
         "\"user\"",
         "{\"$ref\":\"#/x\"}",
+        "\"high\"",
+        "\"huge\"",
+        "{\"effort\":\"low\"}",
     ];
-    const KEYS: [&str; 18] = [
+    const KEYS: [&str; 21] = [
         "tool_choice",
         "parallel_tool_calls",
         "tool_calls",
@@ -264,6 +267,9 @@ pub fn serve_request_structured(data: &[u8]) {
         "tools",
         "stop",
         "max_tokens",
+        "reasoning_effort",
+        "formwork_think_budget",
+        "reasoning",
     ];
     let mut bytes = data.iter().map(|&b| b as usize);
     let mut next = move || bytes.next().unwrap_or(0);

@@ -49,6 +49,27 @@ pub fn render_chat(
     bos_token: &str,
     eos_token: &str,
 ) -> Result<String> {
+    render_chat_thinking(
+        template,
+        messages,
+        add_generation_prompt,
+        bos_token,
+        eos_token,
+        None,
+    )
+}
+
+/// [`render_chat`] with `enable_thinking` set for the template (Qwen3's switch: `false`
+/// writes an empty think block after the generation prompt); `None` leaves it undefined,
+/// as `transformers` does unless asked.
+pub fn render_chat_thinking(
+    template: &str,
+    messages: &[ChatMessage],
+    add_generation_prompt: bool,
+    bos_token: &str,
+    eos_token: &str,
+    enable_thinking: Option<bool>,
+) -> Result<String> {
     let mut env = Environment::new();
     env.set_trim_blocks(true);
     env.set_lstrip_blocks(true);
@@ -60,13 +81,18 @@ pub fn render_chat(
     let tmpl = env
         .get_template("chat_template")
         .map_err(|e| ModelError::ChatTemplate(describe(&e)))?;
-    tmpl.render(context! {
+    let base = context! {
         messages => messages,
         add_generation_prompt => add_generation_prompt,
         bos_token => bos_token,
         eos_token => eos_token,
-    })
-    .map_err(|e| ModelError::ChatTemplate(describe(&e)))
+    };
+    let ctx = match enable_thinking {
+        Some(on) => context! { enable_thinking => on, ..base },
+        None => base,
+    };
+    tmpl.render(ctx)
+        .map_err(|e| ModelError::ChatTemplate(describe(&e)))
 }
 
 /// The error with its line and the chain of causes, on one line.

@@ -24,6 +24,10 @@ use candle_core::{Device, Tensor};
 
 use crate::{ModelError, Result};
 
+/// Qwen/Qwen3-0.6B's chat template without its tools part: the think block, and an
+/// empty one after the generation prompt when `enable_thinking` is false.
+pub const QWEN3_TEMPLATE: &str = include_str!("qwen3_template.jinja");
+
 /// What [`write_like`] wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SynthSummary {
@@ -628,6 +632,19 @@ pub fn write_family(
     keys.sort();
     for k in keys {
         metadata.push((k.clone(), content.metadata[k].clone()));
+    }
+    // Qwen3 thinks: a vocabulary whose template has no think block (llama.cpp's
+    // vocab-only qwen2 file) gets Qwen3's own chat template, trimmed of its tools part
+    // (formwork writes tool prompts itself), with `<think>` and `enable_thinking`.
+    if family.arch == "qwen3" {
+        const KEY: &str = "tokenizer.chat_template";
+        let has_think = metadata
+            .iter()
+            .any(|(k, v)| k == KEY && v.to_string().is_ok_and(|t| t.contains("</think>")));
+        if !has_think {
+            metadata.retain(|(k, _)| k != KEY);
+            metadata.push((KEY.to_string(), V::String(QWEN3_TEMPLATE.to_string())));
+        }
     }
     let meta_refs: Vec<(&str, &V)> = metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, q)| (n.as_str(), q)).collect();

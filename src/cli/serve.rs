@@ -63,6 +63,12 @@ pub struct ServeArgs {
     /// Nats added to one more call where it competes with ending the turn after a call.
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub more_calls_bias: f32,
+    /// Thought tokens at most for a request that asks for no `reasoning_effort`, on a
+    /// model with think markers (Qwen3, DeepSeek-R1 distills); 0: answer without thought.
+    /// Default: not asked (the template as it is). Above 0 on a model without markers the
+    /// server refuses to start.
+    #[arg(long)]
+    pub think_budget: Option<usize>,
     #[command(flatten)]
     pub load: super::LoadArgs,
 }
@@ -101,6 +107,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<ExitCode> {
             open: finite("call-bias", a.call_bias)?,
             more: finite("more-calls-bias", a.more_calls_bias)?,
         },
+        think_budget: a.think_budget,
     };
     serve::run(cfg)?;
     Ok(ExitCode::SUCCESS)

@@ -62,6 +62,15 @@ pub struct ChatOptions {
     pub schema_hint: Option<Value>,
     /// Tool turns: the call biases ([`Redirect::open_bias`], [`Redirect::more_bias`]).
     pub call_bias: CallBias,
+    /// Think first, at most this many thought tokens, then answer under the constraint
+    /// ([`super::decode::think`]); `Some(0)` answers without thought (the template
+    /// rendered with `enable_thinking: false`). `None`: the model is not asked to think,
+    /// and its template is rendered as it is. A model without think markers
+    /// ([`super::think::ThinkMarkers`]) refuses a budget above 0 (and takes `Some(0)` as
+    /// `None`).
+    pub think: Option<usize>,
+    /// Sees the thought text as it grows (a server streams it), and may cancel the run.
+    pub think_watch: Option<Watch>,
 }
 
 /// How a tool turn leans, in nats, where a call competes with answering (`open`,
@@ -92,6 +101,8 @@ impl Default for ChatOptions {
             watch: None,
             schema_hint: None,
             call_bias: CallBias::default(),
+            think: None,
+            think_watch: None,
         }
     }
 }
@@ -124,6 +135,13 @@ pub struct ChatAnswer {
     pub ms: u64,
     /// Under [`Constraint::Tools`]: what the turn did.
     pub tools: Option<ToolAnswer>,
+    /// The thought of a thinking turn ([`ChatOptions::think`]), markers left out; the
+    /// answer (`text`) is what follows the block.
+    pub reasoning: Option<String>,
+    /// Tokens of the think block, markers included (counted in `tokens_completion` too).
+    pub tokens_reasoning: usize,
+    /// The engine closed the think block because its budget ran out.
+    pub reasoning_cut: bool,
 }
 
 /// Why a request cannot run at all (before any token): the caller's fault.
@@ -139,6 +157,18 @@ pub enum ChatError {
     Empty,
     #[error("{0}")]
     Prompt(String),
+    /// Thinking asked of a model that cannot (no think markers).
+    #[error("{0}")]
+    Think(String),
+}
+
+/// A thinking turn's plan, in tokens.
+struct ThinkTokens {
+    open: Vec<u32>,
+    close: Vec<u32>,
+    close_text: Vec<u8>,
+    after: Vec<u32>,
+    budget: usize,
 }
 
 impl Engine {
@@ -176,9 +206,7 @@ impl Engine {
             opts.schema_hint.as_ref(),
             matches!(constraint, Constraint::Tools(_)),
         );
-        let ids = self
-            .prompt_tokens(&messages)
-            .map_err(|e| ChatError::Prompt(format!("{e:#}")))?;
+        let (ids, think) = self.think_prompt(&messages, opts.think)?;
         let min = match constraint {
             Constraint::Schema { grammar, .. } => {
                 Matcher::new(grammar.clone(), self.trie.clone()).min_completion_tokens()
@@ -189,7 +217,10 @@ impl Engine {
             Constraint::Text => 0,
         };
         let context = self.loaded.context_length;
-        if ids.len() + min.max(1) > context {
+        let markers = think
+            .as_ref()
+            .map_or(0, |t| t.open.len() + t.close.len() + t.after.len());
+        if ids.len() + min.max(1) + markers > context {
             return Err(ChatError::ContextLength {
                 prompt: ids.len(),
                 min,
@@ -212,6 +243,9 @@ impl Engine {
             mask_ns: Vec::new(),
             ms: 0,
             tools: None,
+            reasoning: None,
+            tokens_reasoning: 0,
+            reasoning_cut: false,
         };
         // A tool turn does not repeat a call already made ([`super::repeats`]).
         let repeats = matches!(constraint, Constraint::Tools(_)).then(|| {
@@ -250,6 +284,7 @@ impl Engine {
         let watch = opts.watch.clone();
         let go = || !timed_out() && watch.as_ref().is_none_or(|w| (w.0)(&[]));
         let prefilled = self.prefill_until(&ids, &[shared], &go);
+        let mut thought: Option<super::decode::Thought> = None;
         let run = prefilled.and_then(|logits| {
             let Some(logits) = logits else {
                 let mut out = DecodeOutput::empty();
@@ -261,18 +296,54 @@ impl Engine {
                 return Ok((out, false));
             };
             let mut sampler = Sampler::new(opts.sampling.clone(), opts.seed);
-            match constraint {
-                Constraint::Schema { grammar, .. } => {
-                    self.decode_under(grammar.clone(), &mut sampler, logits, ids.len(), &dopts)
-                }
-                Constraint::Tools(t) => {
-                    let run = self.decode_under(
-                        t.grammar.clone(),
+            // A thinking turn: the block first, then the answer from where it ends,
+            // with the budget it left.
+            let (logits, pos, dopts) = match &think {
+                Some(t) => {
+                    let tok: &GgufTokenizer = &self.loaded.tokenizer;
+                    let is_special = |id: u32| tok.is_special(id);
+                    let plan = super::decode::ThinkPlan {
+                        open: &t.open,
+                        close: &t.close,
+                        close_text: &t.close_text,
+                        after: &t.after,
+                        budget: t.budget,
+                        is_special: &is_special,
+                        watch: opts.think_watch.clone(),
+                    };
+                    let th = super::decode::think(
+                        self.loaded.model.as_mut(),
+                        tok,
                         &mut sampler,
                         logits,
                         ids.len(),
                         &dopts,
+                        &plan,
+                        min.max(1),
                     )?;
+                    let stopped = th.stopped().then_some(th.out.stop);
+                    let (l, p, used) = (th.logits.clone(), th.pos, th.out.tokens.len());
+                    thought = Some(th);
+                    if let Some(stop) = stopped {
+                        let mut out = DecodeOutput::empty();
+                        out.stop = stop;
+                        return Ok((out, false));
+                    }
+                    let d = DecodeOptions {
+                        max_tokens: dopts.max_tokens.saturating_sub(used),
+                        ..dopts.clone()
+                    };
+                    (l, p, d)
+                }
+                None => (logits, ids.len(), dopts.clone()),
+            };
+            match constraint {
+                Constraint::Schema { grammar, .. } => {
+                    self.decode_under(grammar.clone(), &mut sampler, logits, pos, &dopts)
+                }
+                Constraint::Tools(t) => {
+                    let run =
+                        self.decode_under(t.grammar.clone(), &mut sampler, logits, pos, &dopts)?;
                     let Some(at) = repeats.as_ref().and_then(|r| r.cut()) else {
                         return Ok(run);
                     };
@@ -323,7 +394,7 @@ impl Engine {
                         tok,
                         &mut sampler,
                         logits,
-                        ids.len(),
+                        pos,
                         &dopts,
                         Until::End {
                             is_special: &is_special,
@@ -341,8 +412,75 @@ impl Engine {
                 answer.message = Some(format!("{e:#}"));
             }
         }
+        if let Some(th) = thought {
+            answer.reasoning = Some(th.text);
+            answer.tokens_reasoning = th.out.tokens.len();
+            answer.tokens_completion += th.out.tokens.len();
+            answer.tokens_forced += th.out.stats.tokens_forced;
+            answer.reasoning_cut = th.forced_close;
+        }
         answer.ms = started.elapsed().as_millis() as u64;
         Ok(answer)
+    }
+
+    /// The prompt of a turn, and how it thinks: `think` as in [`ChatOptions::think`].
+    /// The template is rendered with `enable_thinking` set; a budget of 0 with a
+    /// template that wrote no closed block gets the empty block appended (the model
+    /// answers at once), and a budget above 0 gets the open marker fed unless the
+    /// prompt already opened it.
+    fn think_prompt(
+        &self,
+        messages: &[ChatMessage],
+        think: Option<usize>,
+    ) -> Result<(Vec<u32>, Option<ThinkTokens>), ChatError> {
+        let prompt_err = |e: anyhow::Error| ChatError::Prompt(format!("{e:#}"));
+        let Some(budget) = think else {
+            return Ok((self.prompt_tokens(messages).map_err(prompt_err)?, None));
+        };
+        let tok: &GgufTokenizer = &self.loaded.tokenizer;
+        let Some(m) = super::think::ThinkMarkers::find(tok.chat_template(), tok.token_bytes())
+        else {
+            if budget == 0 {
+                // No thought asked of a model that cannot think: the turn as it is.
+                return Ok((self.prompt_tokens(messages).map_err(prompt_err)?, None));
+            }
+            return Err(ChatError::Think(format!(
+                "thinking was asked (a budget of {budget} tokens) but this model has no think markers in its chat template or vocabulary"
+            )));
+        };
+        let on = budget > 0;
+        let mut ids = self
+            .prompt_tokens_thinking(messages, Some(on))
+            .map_err(prompt_err)?;
+        let text = super::prompt::render_thinking(tok, messages, Some(on))
+            .map_err(|e| ChatError::Prompt(e.to_string()))?
+            .text;
+        let enc = |s: &str| {
+            tok.encode(s)
+                .map_err(|e| ChatError::Prompt(format!("the think marker {s:?}: {e}")))
+        };
+        let block = m.block(&text);
+        use super::think::Block;
+        if block == Block::Closed || (block == Block::Absent && !on) {
+            if block == Block::Absent {
+                ids.extend(enc(&format!("{}\n\n{}\n\n", m.open, m.close))?);
+            }
+            return Ok((ids, None));
+        }
+        let open = match block {
+            Block::Open => Vec::new(),
+            _ => enc(&format!("{}\n", m.open))?,
+        };
+        Ok((
+            ids,
+            Some(ThinkTokens {
+                open,
+                close: enc(&m.close)?,
+                close_text: m.close.clone().into_bytes(),
+                after: enc("\n\n")?,
+                budget,
+            }),
+        ))
     }
 
     /// The tool turns' [`Redirect`]: tokens that begin like a call (`{`, `[`, `<`, a

@@ -24,6 +24,7 @@ pub mod prompt;
 pub mod repeats;
 pub mod schema_hash;
 pub mod source;
+pub mod think;
 pub mod tools;
 pub mod workers;
 
@@ -409,8 +410,17 @@ impl Engine {
         &self,
         messages: &[formwork_models::chat::ChatMessage],
     ) -> anyhow::Result<Vec<u32>> {
+        self.prompt_tokens_thinking(messages, None)
+    }
+
+    /// [`Self::prompt_tokens`] with the template's `enable_thinking` set.
+    fn prompt_tokens_thinking(
+        &self,
+        messages: &[formwork_models::chat::ChatMessage],
+        thinking: Option<bool>,
+    ) -> anyhow::Result<Vec<u32>> {
         let tok = &self.loaded.tokenizer;
-        let (mut ids, _raw) = prompt::encode(tok, messages)?;
+        let (mut ids, _raw) = prompt::encode_thinking(tok, messages, thinking)?;
         if tok.add_bos() {
             if let Some(bos) = tok.bos_id() {
                 if ids.first() != Some(&bos) {

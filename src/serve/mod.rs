@@ -81,6 +81,9 @@ pub struct ServeConfig {
     pub keep_alive: Duration,
     /// How tool turns lean between a call and an answer, and another call and the end.
     pub call_bias: crate::engine::chat::CallBias,
+    /// `--think-budget`: the thought budget of a request that names none (None: the
+    /// model is not asked to think unless the request asks).
+    pub think_budget: Option<usize>,
 }
 
 /// The loaded side: set once the model is ready.
@@ -187,6 +190,15 @@ fn load(cfg: &ServeConfig) -> anyhow::Result<Ready> {
     let loaded = crate::load_model_with(&cfg.model, cfg.load)?;
     let model_id = loaded.name.clone();
     let context = loaded.context_length;
+    if let Some(n) = cfg.think_budget.filter(|&n| n > 0) {
+        let tok = &loaded.tokenizer;
+        anyhow::ensure!(
+            crate::engine::think::ThinkMarkers::find(tok.chat_template(), tok.token_bytes())
+                .is_some(),
+            "--think-budget {n}: the model {} has no think markers in its chat template or vocabulary",
+            loaded.name
+        );
+    }
     let engine = Engine::new(loaded);
     let trie = engine.trie().clone();
     let mut any = crate::engine::Schema::new(serde_json::from_str(ANY_OBJECT_SCHEMA)?)?;

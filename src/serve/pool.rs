@@ -136,7 +136,8 @@ fn worker(
             pause,
         } = job;
         opts.timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-        opts.watch = Some(watch(cancel, deltas));
+        opts.think_watch = Some(watch(cancel.clone(), deltas.clone(), THOUGHT));
+        opts.watch = Some(watch(cancel, deltas, ANSWER));
         let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
             // Decode with the other running requests until this one ends (the guard
             // also leaves on a panic).
@@ -179,7 +180,15 @@ fn worker(
 
 /// The engine's watch for one job: stop when cancelled or when the stream's reader
 /// is gone; send every whole UTF-8 character once.
-fn watch(cancel: Arc<AtomicBool>, deltas: Option<tmpsc::UnboundedSender<String>>) -> Watch {
+/// Each piece on the stream's channel starts with one of these: which text it extends.
+pub(super) const ANSWER: char = 'A';
+pub(super) const THOUGHT: char = 'T';
+
+fn watch(
+    cancel: Arc<AtomicBool>,
+    deltas: Option<tmpsc::UnboundedSender<String>>,
+    tag: char,
+) -> Watch {
     let sent = Mutex::new(0usize);
     Watch(Arc::new(move |bytes: &[u8]| {
         if cancel.load(Ordering::SeqCst) {
@@ -198,7 +207,7 @@ fn watch(cancel: Arc<AtomicBool>, deltas: Option<tmpsc::UnboundedSender<String>>
                 Err(e) => std::str::from_utf8(&fresh[..e.valid_up_to()]).unwrap_or(""),
             };
             if !whole.is_empty() {
-                if tx.send(whole.to_string()).is_err() {
+                if tx.send(format!("{tag}{whole}")).is_err() {
                     cancel.store(true, Ordering::SeqCst);
                     return false;
                 }

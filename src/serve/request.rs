@@ -40,6 +40,46 @@ pub struct ChatRequest {
     pub seed: Option<u64>,
     pub stream: bool,
     pub include_usage: bool,
+    /// Think first, at most this many thought tokens (`formwork_think_budget`, or
+    /// `reasoning_effort` mapped by [`effort_budget`]); None: the server's default.
+    pub think: Option<usize>,
+}
+
+/// The thought budget of a `reasoning_effort`: `none` and `minimal` 0 (no thought),
+/// `low` 256, `medium` 1024, `high` 4096 tokens.
+pub fn effort_budget(effort: &str) -> Option<usize> {
+    Some(match effort {
+        "none" | "minimal" => 0,
+        "low" => 256,
+        "medium" => 1024,
+        "high" => 4096,
+        _ => return None,
+    })
+}
+
+/// The thought budget a request asks for: the formwork extension
+/// `formwork_think_budget` (an exact number of tokens) over the effort at `effort_key`.
+fn think_budget(
+    m: &Map<String, Value>,
+    effort: Option<&Value>,
+    effort_key: &str,
+) -> Result<Option<usize>, ApiError> {
+    if let Some(n) = opt_uint(m, "formwork_think_budget")? {
+        return Ok(Some(n.min(u32::MAX as u64) as usize));
+    }
+    match effort {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(e)) => effort_budget(e).map(Some).ok_or_else(|| {
+            ApiError::bad_param(
+                effort_key,
+                format!(
+                    "Invalid '{effort_key}': '{}'; it must be none, minimal, low, medium or high.",
+                    e.escape_debug()
+                ),
+            )
+        }),
+        Some(v) => Err(wrong_type(effort_key, "a string", v)),
+    }
 }
 
 /// The body as a JSON object, or the 400 for it.
@@ -766,6 +806,7 @@ pub fn chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
     let messages = tools::render(&items, &tools);
     let format = format(m.get("response_format"), "response_format", false)?;
     let max_tokens = budget(&m, &["max_completion_tokens", "max_tokens"])?;
+    let think = think_budget(&m, opt(&m, "reasoning_effort"), "reasoning_effort")?;
     let (temperature, top_p, seed) = sampling(&m)?;
     let stream = opt_bool(&m, "stream", "stream")?.unwrap_or(false);
     let include_usage = match opt(&m, "stream_options") {
@@ -788,6 +829,7 @@ pub fn chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
         seed,
         stream,
         include_usage,
+        think,
     })
 }
 
@@ -867,6 +909,12 @@ pub fn responses(body: &[u8]) -> Result<ChatRequest, ApiError> {
         Some(v) => return Err(wrong_type("text", "an object", v)),
     };
     let max_tokens = budget(&m, &["max_output_tokens"])?;
+    let effort = match opt(&m, "reasoning") {
+        None => None,
+        Some(Value::Object(r)) => opt(r, "effort"),
+        Some(v) => return Err(wrong_type("reasoning", "an object", v)),
+    };
+    let think = think_budget(&m, effort, "reasoning.effort")?;
     let (temperature, top_p, seed) = sampling(&m)?;
     let stream = opt_bool(&m, "stream", "stream")?.unwrap_or(false);
     Ok(ChatRequest {
@@ -882,6 +930,7 @@ pub fn responses(body: &[u8]) -> Result<ChatRequest, ApiError> {
         seed,
         stream,
         include_usage: false,
+        think,
     })
 }
 
@@ -908,6 +957,28 @@ mod tests {
         let flat = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],
             "response_format":{"type":"json_schema","name":"P","schema":{"type":"object"}}}"#;
         assert_eq!(chat(canonical).unwrap().format, chat(flat).unwrap().format);
+    }
+
+    #[test]
+    fn the_thought_budget_comes_from_the_extension_then_the_effort() {
+        let body = |extra: &str| {
+            format!(r#"{{"model":"m","messages":[{{"role":"user","content":"hi"}}]{extra}}}"#)
+        };
+        let think = |extra: &str| chat(body(extra).as_bytes()).map(|r| r.think);
+        assert_eq!(think("").unwrap(), None);
+        assert_eq!(think(r#","reasoning_effort":"low""#).unwrap(), Some(256));
+        assert_eq!(think(r#","reasoning_effort":"none""#).unwrap(), Some(0));
+        assert_eq!(
+            think(r#","reasoning_effort":"high","formwork_think_budget":7"#).unwrap(),
+            Some(7)
+        );
+        let e = think(r#","reasoning_effort":"huge""#).unwrap_err();
+        assert_eq!(e.status.as_u16(), 400);
+        assert!(e.message.contains("reasoning_effort"), "{}", e.message);
+        let e = think(r#","formwork_think_budget":-1"#).unwrap_err();
+        assert!(e.message.contains("formwork_think_budget"), "{}", e.message);
+        let r = br#"{"model":"m","input":"x","reasoning":{"effort":"medium"}}"#;
+        assert_eq!(responses(r).unwrap().think, Some(1024));
     }
 
     #[test]

@@ -169,12 +169,21 @@ pub(super) fn response_object(
                 } else {
                     json!({"reason": "max_output_tokens"})
                 },
-                response_output(ans, rid, complete),
+                {
+                    let mut out = response_output(ans, rid, complete);
+                    if let Some(r) = &ans.reasoning {
+                        // A reasoning item first, its text as a summary part.
+                        let item = json!({"type": "reasoning", "id": format!("rs_{rid}"),
+                            "summary": [{"type": "summary_text", "text": r}]});
+                        out.insert(0, item);
+                    }
+                    out
+                },
                 json!({
                     "input_tokens": ans.tokens_prompt,
                     "input_tokens_details": {"cached_tokens": ans.tokens_cached},
                     "output_tokens": ans.tokens_completion,
-                    "output_tokens_details": {"reasoning_tokens": 0},
+                    "output_tokens_details": {"reasoning_tokens": ans.tokens_reasoning},
                     "total_tokens": ans.tokens_prompt + ans.tokens_completion,
                 }),
                 formwork_object(a, ans, incomplete),
@@ -391,9 +400,15 @@ pub(super) async fn responses_stream(
                 return;
             }
         }
-        let relayed = relay(drx, rx, &etx, |text| {
-            ev.feed(text).into_iter().map(event_of).collect()
-        })
+        // The thought is not streamed here: it comes as the reasoning item of the
+        // completed response.
+        let relayed = relay(
+            drx,
+            rx,
+            &etx,
+            |text| ev.feed(text).into_iter().map(event_of).collect(),
+            |_| Vec::new(),
+        )
         .await;
         let Some((result, sent)) = relayed else {
             return;

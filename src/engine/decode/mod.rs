@@ -28,7 +28,9 @@
 //! hands back, and the canonical check), `feed` (step 1: jump-forward and token
 //! healing), `sample` (step 3: picking under the mask), `null` (picks where `null`
 //! competes), `lookahead` (the null lookahead), `grounder` (grounding take-backs),
-//! `masked` (the masked loop) and `free` (the free loop).
+//! `masked` (the masked loop), `free` (the free loop) and `think` (a reasoning
+//! model's think block of free text, closed by the model or by its budget, then the
+//! masked answer).
 
 mod feed;
 mod free;
@@ -39,8 +41,10 @@ mod null;
 mod options;
 mod output;
 mod sample;
+mod think;
 
 pub use free::{decode_free, Until};
 pub use masked::decode_masked;
 pub use options::{Codec, DecodeOptions, Redirect, Stop, Watch};
 pub use output::{canonical_spans, DecodeOutput, DecodeStats, NullDecision};
+pub use think::{decode_think, think, ThinkOutput, ThinkPlan, Thought};
