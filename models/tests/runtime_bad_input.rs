@@ -193,3 +193,75 @@ fn unknown_device_is_an_error() {
         assert!(err.contains("--features cuda"), "{err}");
     }
 }
+
+/// SmolLM2's GGUF written again without `drop_tensor` and without the metadata keys in
+/// `drop_keys`; None when SmolLM2 is absent.
+fn smollm2_without(tag: &str, drop_tensor: Option<&str>, drop_keys: &[&str]) -> Option<PathBuf> {
+    let src = formwork_models::registry::model_path(
+        formwork_models::registry::lookup("smollm2-135m").unwrap(),
+    );
+    if !src.is_file() {
+        eprintln!(
+            "SKIPPED: {} is absent; run `formwork models fetch smollm2-135m`",
+            src.display()
+        );
+        return None;
+    }
+    let mut f = std::fs::File::open(&src).unwrap();
+    let ct = gguf_file::Content::read(&mut f).unwrap();
+    let mut names: Vec<&String> = ct.tensor_infos.keys().collect();
+    names.sort();
+    let tensors: Vec<(String, QTensor)> = names
+        .into_iter()
+        .filter(|n| Some(n.as_str()) != drop_tensor)
+        .map(|n| (n.clone(), ct.tensor(&mut f, n, &Device::Cpu).unwrap()))
+        .collect();
+    let md: Vec<(&str, &Value)> = ct
+        .metadata
+        .iter()
+        .filter(|(k, _)| !drop_keys.contains(&k.as_str()))
+        .map(|(k, v)| (k.as_str(), v))
+        .collect();
+    let t: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, q)| (n.as_str(), q)).collect();
+    let path = temp_dir(tag).join("model.gguf");
+    let mut out = std::fs::File::create(&path).unwrap();
+    gguf_file::write(&mut out, &md, &t).unwrap();
+    Some(path)
+}
+
+/// On the model graph (candle's path, what GPUs run), a file it cannot run is refused
+/// in one line that names the missing tensor or key.
+#[test]
+fn graph_refusals_name_the_tensor_or_key() {
+    let graph = LoadOptions {
+        device: DeviceChoice::Cpu,
+        backend: formwork_models::runtime::Backend::Candle,
+        ..LoadOptions::default()
+    };
+    let cases = [
+        (
+            "graph-tensor",
+            Some("blk.3.ffn_down.weight"),
+            &[][..],
+            "blk.3.ffn_down.weight",
+        ),
+        (
+            "graph-key",
+            None,
+            &["llama.attention.head_count"][..],
+            "llama.attention.head_count",
+        ),
+    ];
+    for (tag, tensor, keys, want) in cases {
+        let Some(path) = smollm2_without(tag, tensor, keys) else {
+            return;
+        };
+        let msg = load_file(&path, "test", graph)
+            .err()
+            .expect("the graph must refuse it")
+            .to_string();
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+        assert!(!msg.contains('\n'), "one line: {msg}");
+        assert!(msg.contains(want), "{tag}: {msg}");
+    }
+}

@@ -1,7 +1,8 @@
 //! GGUF metadata -> [`Config`]: the hyper-parameters of a llama, Qwen2, Qwen3, Gemma 2,
 //! Gemma 3 or Phi-3 model, read from the `{arch}.*` keys and checked, so that a model this
 //! file cannot run (another architecture, experts, an odd head size) fails here with the
-//! key named, before any tensor is read.
+//! key named, before any tensor is read. The one description of every family: formwork's
+//! CPU file ([`super`]) and the model graph ([`crate::graph`]) both read it.
 
 use candle_core::quantized::gguf_file;
 use candle_core::Result;
@@ -154,7 +155,7 @@ impl Config {
         };
         let Some(arch) = Arch::from_name(&arch_name) else {
             return bail(format!(
-                "GGUF metadata `general.architecture` is `{arch_name}`; formwork's CPU model file runs llama, qwen2, qwen3, gemma2, gemma3 and phi3"
+                "GGUF metadata `general.architecture` is `{arch_name}`; formwork's model files run llama, qwen2, qwen3, gemma2, gemma3 and phi3"
             ));
         };
         let a = arch.name();
@@ -176,7 +177,7 @@ impl Config {
             .unwrap_or(0);
         if experts > 0 {
             return bail(format!(
-                "{a}.expert_count is {experts}: formwork's CPU model file runs no mixture-of-experts models"
+                "{a}.expert_count is {experts}: formwork's model files run no mixture-of-experts models"
             ));
         }
         let hidden_size = get("embedding_length")?;
@@ -199,7 +200,7 @@ impl Config {
             let v = get("attention.value_length")?;
             if v != head_dim {
                 return bail(format!(
-                    "{a}.attention.value_length {v} differs from the key length {head_dim}; formwork's CPU model file needs them equal"
+                    "{a}.attention.value_length {v} differs from the key length {head_dim}; formwork's model files need them equal"
                 ));
             }
         }
