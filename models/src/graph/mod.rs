@@ -35,7 +35,7 @@ use std::sync::Arc;
 use candle_core::quantized::gguf_file;
 use candle_core::{Device, Result, Tensor};
 
-use crate::llama::{Config, KvType};
+use crate::llama::{check_feed, Config, KvType};
 
 mod cache;
 mod forward;
@@ -184,29 +184,7 @@ impl GraphModel {
 
     /// Check one sequence's feed against its cache; start over at position 0.
     fn begin(&mut self, tokens: &[u32], index_pos: usize) -> Result<()> {
-        let cfg = &self.w.cfg;
-        if tokens.is_empty() {
-            return bail(format!("forward at position {index_pos}: no tokens"));
-        }
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
-            return bail(format!(
-                "token id {bad} is out of range for a vocabulary of {}",
-                cfg.vocab_size
-            ));
-        }
-        if index_pos != 0 && index_pos != self.len {
-            return bail(format!(
-                "forward at position {index_pos}: the KV cache holds {} positions",
-                self.len
-            ));
-        }
-        let end = index_pos + tokens.len();
-        if end > cfg.context_length {
-            return bail(format!(
-                "positions up to {end} exceed the context length {}",
-                cfg.context_length
-            ));
-        }
+        check_feed(&self.w.cfg, self.len, tokens, index_pos)?;
         if index_pos == 0 {
             self.clear_kv_cache();
         }

@@ -90,6 +90,39 @@ fn bail<T>(msg: String) -> Result<T> {
     Err(candle_core::Error::Msg(msg))
 }
 
+/// What both model files refuse before a forward: an empty feed, a token out of the
+/// vocabulary, a position that is neither 0 nor the `cached` length, a feed past the
+/// context length. Shared by [`ModelWeights`] and [`crate::graph::GraphModel`].
+pub(crate) fn check_feed(
+    cfg: &Config,
+    cached: usize,
+    tokens: &[u32],
+    index_pos: usize,
+) -> Result<()> {
+    if tokens.is_empty() {
+        return bail(format!("forward at position {index_pos}: no tokens"));
+    }
+    if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
+        return bail(format!(
+            "token id {bad} is out of range for a vocabulary of {}",
+            cfg.vocab_size
+        ));
+    }
+    if index_pos != 0 && index_pos != cached {
+        return bail(format!(
+            "forward at position {index_pos}: the KV cache holds {cached} positions"
+        ));
+    }
+    let end = index_pos + tokens.len();
+    if end > cfg.context_length {
+        return bail(format!(
+            "positions up to {end} exceed the context length {}",
+            cfg.context_length
+        ));
+    }
+    Ok(())
+}
+
 /// The model: shared weights and an own KV cache. `Clone` is the snapshot.
 #[derive(Debug, Clone)]
 pub struct ModelWeights {
@@ -271,29 +304,7 @@ impl ModelWeights {
 
     /// Check one sequence's feed against its cache; start over at position 0.
     fn begin(&mut self, tokens: &[u32], index_pos: usize) -> Result<()> {
-        let cfg = &self.w.cfg;
-        if tokens.is_empty() {
-            return bail(format!("forward at position {index_pos}: no tokens"));
-        }
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= cfg.vocab_size) {
-            return bail(format!(
-                "token id {bad} is out of range for a vocabulary of {}",
-                cfg.vocab_size
-            ));
-        }
-        if index_pos != 0 && index_pos != self.len {
-            return bail(format!(
-                "forward at position {index_pos}: the KV cache holds {} positions",
-                self.len
-            ));
-        }
-        let end = index_pos + tokens.len();
-        if end > cfg.context_length {
-            return bail(format!(
-                "positions up to {end} exceed the context length {}",
-                cfg.context_length
-            ));
-        }
+        check_feed(&self.w.cfg, self.len, tokens, index_pos)?;
         if index_pos == 0 {
             self.clear_kv_cache();
         }
