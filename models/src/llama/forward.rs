@@ -7,10 +7,10 @@
 use candle_core::{Device, Module, Result, Tensor};
 use rayon::prelude::*;
 
-use super::cache::LayerCache;
+use super::cache::{self, Kv, LayerCache};
 use super::weights::{Embedding, GateUp, Linear, Qkv, Weights};
 use super::{bail, threads, Config, RopeStyle};
-use crate::quant::{attn_mix, attn_scores, Isa, KvElem, Q8Acts, QMatrix};
+use crate::quant::{Isa, KvElem, Q8Acts, QMatrix};
 
 /// The forward pass of `segs.len()` sequences: segment `s` feeds `segs[s].0` at positions
 /// `segs[s].1..` over `caches[s]`; the logits of each segment's last token.
@@ -77,7 +77,7 @@ pub(super) fn forward_impl(
             let c = &mut c[l];
             let r1 = r0 + toks.len();
             c.push(&k[r0 * kvd..r1 * kvd], &v[r0 * kvd..r1 * kvd]);
-            debug_assert_eq!(c.values(), (pos + toks.len()) * kvd);
+            debug_assert_eq!(c.positions(), pos + toks.len());
             r0 = r1;
         }
         let layer_caches: Vec<&LayerCache> = caches.iter().map(|c| &c[l]).collect();
@@ -348,7 +348,6 @@ fn attention(
     let hd = cfg.head_dim;
     let heads = cfg.num_attention_heads;
     let group = heads / cfg.num_key_value_heads;
-    let kvd = cfg.kv_dim();
     let scale = cfg.attn_scale;
     let cap = cfg.attn_softcap;
     let mut out = vec![0f32; positions.len() * heads * hd];
@@ -360,14 +359,9 @@ fn attention(
         let end = positions[r] + 1;
         let start = window.map_or(0, |w| end.saturating_sub(w));
         let mut sc = vec![0f32; end - start];
-        let from = start * kvd + g * hd;
         match c {
-            LayerCache::F32 { k, v } => {
-                attend(isa, qh, &k[from..], &v[from..], kvd, scale, cap, &mut sc, o)
-            }
-            LayerCache::F16 { k, v } => {
-                attend(isa, qh, &k[from..], &v[from..], kvd, scale, cap, &mut sc, o)
-            }
+            LayerCache::F32(kv) => attend(isa, qh, kv, start, end, g * hd, scale, cap, &mut sc, o),
+            LayerCache::F16(kv) => attend(isa, qh, kv, start, end, g * hd, scale, cap, &mut sc, o),
         }
     };
     if threads() > 1 {
@@ -382,25 +376,32 @@ fn attention(
     out
 }
 
-/// One head of one row: scores over the positions in `k` (soft-capped when `cap` is
-/// set), their softmax, and the weighted sum of `v` into `o` (`sc` holds one score per
-/// position).
+/// One head of one row: scores over positions `start..end` of `kv` (the head's values
+/// at `off` in each position; soft-capped when `cap` is set), their softmax, and the
+/// weighted sum of the values into `o` (`sc` holds one score per position).
 #[allow(clippy::too_many_arguments)]
 fn attend<E: KvElem>(
     isa: Isa,
     q: &[f32],
-    k: &[E],
-    v: &[E],
-    stride: usize,
+    kv: &Kv<E>,
+    start: usize,
+    end: usize,
+    off: usize,
     scale: f32,
     cap: Option<f32>,
     sc: &mut [f32],
     o: &mut [f32],
 ) {
-    attn_scores(isa, q, k, stride, scale, sc);
+    cache::scores(isa, q, kv, start, end, off, scale, sc);
     if let Some(cap) = cap {
         soft_cap(sc, cap);
     }
+    softmax(sc);
+    cache::mix(isa, sc, kv, start, end, off, o);
+}
+
+/// Softmax in place.
+fn softmax(sc: &mut [f32]) {
     let max = sc.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
     let mut sum = 0f32;
     for v in sc.iter_mut() {
@@ -411,12 +412,11 @@ fn attend<E: KvElem>(
     for v in sc.iter_mut() {
         *v *= inv;
     }
-    attn_mix(isa, sc, v, stride, o);
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{attend, rope, split_rows, RopeRows};
+    use super::{attend, rope, split_rows, Kv, RopeRows};
     use crate::llama::RopeStyle;
     use crate::quant::Isa;
 
@@ -491,7 +491,9 @@ mod tests {
         );
         for (c, expect) in [(Some(cap), &capped), (None, &plain)] {
             let (mut sc, mut o) = (vec![0f32; n], vec![0f32; hd]);
-            attend(Isa::detect(), &q, &k, &v, hd, scale, c, &mut sc, &mut o);
+            let mut kv = Kv::<f32>::new(hd);
+            kv.push(&k, &v);
+            attend(Isa::detect(), &q, &kv, 0, n, 0, scale, c, &mut sc, &mut o);
             for (got, want) in o.iter().zip(expect.iter()) {
                 assert!((got - want).abs() < 1e-3, "cap {c:?}: {o:?} vs {expect:?}");
             }

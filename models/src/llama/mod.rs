@@ -53,9 +53,10 @@
 //! whether it comes alone or in a batch, so chunked prefill gives the same logits as a
 //! full one.
 //!
-//! Cloning a `ModelWeights` is a snapshot: the weights are shared (`Arc`) and the KV
-//! cache is copied (its used length only), so a clone keeps the cache it was taken with
-//! while the original decodes on.
+//! Cloning a `ModelWeights` is a snapshot: the weights are shared (`Arc`) and so are
+//! the KV cache's blocks of positions (`cache`: copy on write, one partial block per
+//! layer at most), so a clone keeps the cache it was taken with while the original
+//! decodes on, and costs the memory of what the two do not have in common.
 //!
 //! The stages, one file each:
 //! - `config`: GGUF metadata -> [`Config`] (checked before any tensor is read);
@@ -187,10 +188,11 @@ impl ModelWeights {
         }
         let cfg = Config::from_gguf(&ct)?;
         let n_layers = cfg.num_hidden_layers;
+        let kv_dim = cfg.kv_dim();
         let w = Weights::load(&ct, reader, cfg, isa)?;
         Ok(Self {
             w: Arc::new(w),
-            cache: vec![LayerCache::new(KvType::F32); n_layers],
+            cache: vec![LayerCache::new(KvType::F32, kv_dim); n_layers],
             len: 0,
             isa,
         })
@@ -249,7 +251,7 @@ impl ModelWeights {
 
     /// The same model with its KV cache in `kv` (emptied). Snapshots taken later share it.
     pub fn with_kv_type(mut self, kv: KvType) -> Self {
-        self.cache = vec![LayerCache::new(kv); self.w.cfg.num_hidden_layers];
+        self.cache = vec![LayerCache::new(kv, self.w.cfg.kv_dim()); self.w.cfg.num_hidden_layers];
         self.len = 0;
         self
     }
@@ -269,11 +271,8 @@ impl ModelWeights {
             self.clear_kv_cache();
             return true;
         }
-        let held = self.len;
         for c in &mut self.cache {
-            // Every layer keeps every position: its width is its values per position.
-            let width = c.values() / held;
-            c.truncate(len * width);
+            c.truncate(len);
         }
         self.len = len;
         true
