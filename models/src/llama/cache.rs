@@ -142,6 +142,7 @@ impl<E: KvElem> Kv<E> {
     }
 
     /// The bytes of the blocks this cache holds alone (not shared with a snapshot).
+    #[cfg(test)]
     fn own_bytes(&self) -> usize {
         let per = std::mem::size_of::<E>() * 2 * BLOCK * self.width;
         self.blocks
@@ -200,6 +201,7 @@ impl LayerCache {
     }
 
     /// The bytes of the blocks no snapshot shares.
+    #[cfg(test)]
     pub(super) fn own_bytes(&self) -> usize {
         match self {
             Self::F32(c) => c.own_bytes(),

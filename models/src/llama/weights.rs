@@ -52,7 +52,7 @@ impl Linear {
         };
         match format {
             Some(f) if cols % f.block_elems() == 0 => {
-                let mut data = vec![0u8; rows * f.row_bytes(cols)];
+                let mut data = crate::quant::pages::zeroed(rows * f.row_bytes(cols));
                 let at = ct.tensor_data_offset.saturating_add(info.offset);
                 reader
                     .seek(std::io::SeekFrom::Start(at))

@@ -74,7 +74,7 @@ pub(super) fn pack(f: Format, rows: usize, cols: usize, mut data: Vec<u8>) -> Ve
         }
         return data;
     }
-    let mut out = vec![0u8; rows / R * nb * gbb];
+    let mut out = super::pages::zeroed(rows / R * nb * gbb);
     for (src, dst) in data
         .chunks_exact(R * row_bytes)
         .zip(out.chunks_exact_mut(nb * gbb))
