@@ -399,7 +399,8 @@ pub struct LoadedModel {
 
 impl LoadedModel {
     /// Another handle on the same model: the weights are shared (through
-    /// [`LanguageModel::snapshot`]), the KV cache and the tokenizer are copies. One per
+    /// [`LanguageModel::snapshot`]), the KV cache is the snapshot's (the CPU file's shares
+    /// its blocks until one is written) and the tokenizer a copy. One per
     /// worker thread lets several sequences run at once without loading the file again.
     pub fn share(&self) -> LoadedModel {
         LoadedModel {

@@ -306,8 +306,14 @@ mod tests {
         let y = rows(3, w, 1.0);
         a.push(&y, &y);
         assert_eq!(a.own_bytes(), block_bytes);
-        let (LayerCache::F32(ka), LayerCache::F32(ks)) = (&a, &snap) else { panic!() };
-        assert_eq!(contiguous(ks), before, "the snapshot keeps what it was taken with");
+        let (LayerCache::F32(ka), LayerCache::F32(ks)) = (&a, &snap) else {
+            panic!()
+        };
+        assert_eq!(
+            contiguous(ks),
+            before,
+            "the snapshot keeps what it was taken with"
+        );
         let (k, _) = contiguous(ka);
         assert_eq!(k.len(), 203 * w);
         assert_eq!(&k[200 * w..], &y[..]);
@@ -326,7 +332,9 @@ mod tests {
         let y = rows(10, w, 2.0);
         a.push(&y, &y);
         assert_eq!(a.positions(), 80);
-        let (LayerCache::F16(ka), LayerCache::F16(ks)) = (&a, &snap) else { panic!() };
+        let (LayerCache::F16(ka), LayerCache::F16(ks)) = (&a, &snap) else {
+            panic!()
+        };
         let (k, _) = contiguous(ka);
         let (ksnap, _) = contiguous(ks);
         assert_eq!(ksnap.len(), 130 * w, "the snapshot is untouched");
@@ -354,7 +362,17 @@ mod tests {
         }
         let q = rows(1, hd, 9.0);
         for isa in Isa::available() {
-            for (start, end) in [(0, n), (1, n), (3, 67), (61, 130), (62, 66), (63, 64), (5, 9), (0, 1), (190, n)] {
+            for (start, end) in [
+                (0, n),
+                (1, n),
+                (3, 67),
+                (61, 130),
+                (62, 66),
+                (63, 64),
+                (5, 9),
+                (0, 1),
+                (190, n),
+            ] {
                 for off in [0, hd] {
                     let mut want = vec![0f32; end - start];
                     attn_scores(isa, &q, &x[start * w + off..], w, 0.125, &mut want);

@@ -28,7 +28,7 @@ use std::sync::OnceLock;
 pub mod attn;
 pub mod kquant;
 pub mod packed;
-pub mod pages;
+pub(crate) mod pages;
 
 pub use attn::{attn_mix, attn_scores, KvElem};
 
