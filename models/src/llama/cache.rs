@@ -232,6 +232,10 @@ pub(super) fn scores<E: KvElem>(
     for (s, n, k, _) in kv.spans(start, end, off) {
         // Positions of this block that a gathered group already scored.
         let skip = j - s;
+        if skip >= n {
+            // A gathered group took every position of this (last) block.
+            continue;
+        }
         let (s, n, k) = (j, n - skip, &k[skip * w..]);
         let left = end - s;
         // Whole groups of four (or the range's last positions, if they end here).
@@ -350,19 +354,20 @@ mod tests {
     #[test]
     fn scores_and_mix_over_blocks_are_the_contiguous_bits() {
         let (w, hd) = (32, 16);
-        let n = 3 * BLOCK + 11;
-        let x = rows(n, w, 0.25);
-        let vv = rows(n, w, 4.0);
-        let mut c = Kv::<f32>::new(w);
-        // Fed in uneven pieces, as a prefill in chunks and decode steps would.
-        let mut at = 0;
-        for piece in [5, 70, 1, 1, 100, n - 177] {
-            c.push(&x[at * w..(at + piece) * w], &vv[at * w..(at + piece) * w]);
-            at += piece;
-        }
-        let q = rows(1, hd, 9.0);
-        for isa in Isa::available() {
-            for (start, end) in [
+        // Lengths whose last block holds 11, 1, 2 and 3 positions: a group of four
+        // gathered across the last boundary can take the whole last block.
+        for n in [3 * BLOCK + 11, 2 * BLOCK + 1, 2 * BLOCK + 2, 2 * BLOCK + 3] {
+            let x = rows(n, w, 0.25);
+            let vv = rows(n, w, 4.0);
+            let mut c = Kv::<f32>::new(w);
+            // Fed in uneven pieces, as a prefill in chunks and decode steps would.
+            let mut at = 0;
+            for piece in [5, 70, 1, 1, n - 77] {
+                c.push(&x[at * w..(at + piece) * w], &vv[at * w..(at + piece) * w]);
+                at += piece;
+            }
+            let q = rows(1, hd, 9.0);
+            let ranges = [
                 (0, n),
                 (1, n),
                 (3, 67),
@@ -371,19 +376,30 @@ mod tests {
                 (63, 64),
                 (5, 9),
                 (0, 1),
+                (126, 129),
+                (127, 130),
+                (125, 129),
+                (n - 1, n),
+                (n - 2, n),
+                (n - 3, n),
+                (n - 5, n),
+                (n - 6, n),
                 (190, n),
-            ] {
-                for off in [0, hd] {
-                    let mut want = vec![0f32; end - start];
-                    attn_scores(isa, &q, &x[start * w + off..], w, 0.125, &mut want);
-                    let mut got = vec![0f32; end - start];
-                    scores(isa, &q, &c, start, end, off, 0.125, &mut got);
-                    assert_eq!(got, want, "{isa:?} scores {start}..{end} at {off}");
-                    let mut want_o = vec![0.5f32; hd];
-                    attn_mix(isa, &want, &vv[start * w + off..], w, &mut want_o);
-                    let mut got_o = vec![0.5f32; hd];
-                    mix(isa, &want, &c, start, end, off, &mut got_o);
-                    assert_eq!(got_o, want_o, "{isa:?} mix {start}..{end} at {off}");
+            ];
+            for isa in Isa::available() {
+                for (start, end) in ranges.into_iter().filter(|&(s, e)| s < e && e <= n) {
+                    for off in [0, hd] {
+                        let mut want = vec![0f32; end - start];
+                        attn_scores(isa, &q, &x[start * w + off..], w, 0.125, &mut want);
+                        let mut got = vec![0f32; end - start];
+                        scores(isa, &q, &c, start, end, off, 0.125, &mut got);
+                        assert_eq!(got, want, "{isa:?} n={n} scores {start}..{end} at {off}");
+                        let mut want_o = vec![0.5f32; hd];
+                        attn_mix(isa, &want, &vv[start * w + off..], w, &mut want_o);
+                        let mut got_o = vec![0.5f32; hd];
+                        mix(isa, &want, &c, start, end, off, &mut got_o);
+                        assert_eq!(got_o, want_o, "{isa:?} n={n} mix {start}..{end} at {off}");
+                    }
                 }
             }
         }
