@@ -1140,6 +1140,92 @@ fn a_row_that_repeats_an_earlier_row_is_taken_back_and_the_array_closed() {
     assert_eq!(text, padded);
 }
 
+/// The model fed exactly the prompt and every output token but the last `n`.
+fn fed_all_but(n: usize, out: &DecodeOutput, last: &[u32]) {
+    let mut want: Vec<u32> = PROMPT.iter().map(|&b| b as u32).collect();
+    want.extend_from_slice(&out.tokens[..out.tokens.len() - n]);
+    assert_eq!(last, want.as_slice());
+}
+
+/// A model that follows the first of `plans` the output so far is a prefix of, byte
+/// by byte (`}` when none is).
+fn follows(plans: &'static [&'static str]) -> ScriptedModel {
+    let bytes = ByteCodec::new().bytes;
+    ScriptedModel::new(move |h: &[u32]| {
+        let text = output_text(&bytes, h);
+        let next = plans
+            .iter()
+            .find(|p| p.starts_with(&text) && p.len() > text.len())
+            .map_or(b'}', |p| p.as_bytes()[text.len()]);
+        prefer(&[next as u32, b'n' as u32, b'}' as u32])
+    })
+}
+
+fn items_schema() -> Value {
+    json!({"type": "object", "properties": {
+        "rows": {"type": "array", "items": {"type": "object", "properties": {
+            "quote": {"type": "string", "maxLength": 40},
+            "sku": {"type": "string", "maxLength": 10},
+            "qty": {"anyOf": [{"type": "integer"}, {"type": "null"}]}},
+            "required": ["quote", "sku", "qty"], "additionalProperties": false}}},
+        "required": ["rows"], "additionalProperties": false})
+}
+
+#[test]
+fn a_quotation_of_several_items_is_cut_to_the_first_and_the_next_row_takes_the_next() {
+    // The model quotes both items in the first row and merges them; given the first
+    // item's quotation alone it writes that item's values, then a row for the second.
+    const PLANS: &[&str] = &[
+        r#"{"rows":[{"quote":"2 pz SKU 44A, 5 pz SKU 44B","sku":"44A, 44B","qty":null}]}"#,
+        r#"{"rows":[{"quote":"2 pz SKU 44A","sku":"44A","qty":2},{"quote":"5 pz SKU 44B","sku":"44B","qty":5}]}"#,
+    ];
+    let codec = ByteCodec::new();
+    let doc = "ordiniamo: 2 pz SKU 44A, 5 pz SKU 44B.";
+    let schema = items_schema();
+    let (text, out, last) =
+        grounded_run_in(GroundMode::Distinct, &schema, follows(PLANS), &codec, doc);
+    assert_eq!(text, PLANS[1]);
+    assert_eq!((out.stats.items_cut, out.stats.items_kept), (1, 0));
+    assert_eq!(out.stats.rows_dropped, 0);
+    assert_valid(&schema, &text);
+    // Truncated, not restored: the model was fed exactly the final output, in order
+    // (all but `]}`, sampled and forced at the end, after which nothing can follow).
+    fed_all_but(2, &out, &last);
+    assert_eq!(codec.text(&out.tokens), text);
+    // Without grounding nothing is cut.
+    let mut m = follows(PLANS);
+    let opts = DecodeOptions {
+        max_tokens: 160,
+        ..Default::default()
+    };
+    let (text, out) = run_with(&schema, &mut m, &codec, Sampling::Greedy, 0, &opts);
+    assert_eq!(text, PLANS[0]);
+    assert_eq!(out.stats.items_cut, 0);
+}
+
+#[test]
+fn a_list_of_codes_the_document_does_not_state_is_cut_to_its_first() {
+    // One item quoted, but the code field lists both codes: "44A, 44B" is not in
+    // the document ("44A; poi 44B"), each code is.
+    const PLANS: &[&str] = &[
+        r#"{"rows":[{"quote":"uno","sku":"44A, 44B","qty":null}]}"#,
+        r#"{"rows":[{"quote":"uno","sku":"44A","qty":2},{"quote":"due","sku":"44B","qty":5}]}"#,
+    ];
+    let codec = ByteCodec::new();
+    let schema = items_schema();
+    let doc = "uno: 2 pz 44A; due: 5 pz 44B";
+    let (text, out, last) =
+        grounded_run_in(GroundMode::Stated, &schema, follows(PLANS), &codec, doc);
+    assert_eq!(text, PLANS[1]);
+    assert_eq!(out.stats.items_cut, 1);
+    fed_all_but(2, &out, &last);
+    // The document states the list as written: it stands.
+    let doc = "uno: 2 pz 44A, 44B";
+    let (text, out, _) = grounded_run_in(GroundMode::Stated, &schema, follows(PLANS), &codec, doc);
+    assert_eq!(text, PLANS[0]);
+    assert_eq!(out.stats.items_cut, 0);
+}
+
 /// Free decoding along a script that writes `text` then EOS, with `until`.
 fn free_along(text: &[u8], max_tokens: usize, until: Until<'_>) -> (DecodeOutput, Vec<Vec<u32>>) {
     let text = text.to_vec();

@@ -235,6 +235,7 @@ mod tests {
             lookahead_forward_passes: 0,
             grounded_nulls: 0,
             rows_dropped: 0,
+            items_cut: 0,
             ms: 0,
             schema_sha256: String::new(),
             model: String::new(),

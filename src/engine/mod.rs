@@ -226,6 +226,10 @@ pub struct Extraction {
     /// dropped (masked: the array was closed before them while decoding; free: the
     /// parsed array was cut there).
     pub rows_dropped: usize,
+    /// With `--grounded`: strings of a row that held several items ("2 pz SKU 44A,
+    /// 2 pz SKU 44B"), cut to their first while decoding, so that the next row takes
+    /// the next item (masked decoding only).
+    pub items_cut: usize,
     /// Spans fed by jump-forward, and how many are not the tokenizer's own encoding
     /// of the output text at that place.
     pub forced_spans: usize,
@@ -368,6 +372,7 @@ impl Engine {
             lookahead_null_wins: 0,
             grounded_nulls: 0,
             rows_dropped: 0,
+            items_cut: 0,
             forced_spans: 0,
             forced_spans_noncanonical: 0,
             noncanonical: false,
@@ -657,6 +662,7 @@ impl Engine {
         ex.lookahead_null_wins += out.stats.lookahead_null_wins;
         ex.grounded_nulls += out.stats.grounded_nulls;
         ex.rows_dropped += out.stats.rows_dropped;
+        ex.items_cut += out.stats.items_cut;
         ex.forced_spans += out.stats.forced_spans;
         ex.forced_spans_noncanonical += out.stats.forced_spans_noncanonical;
         ex.noncanonical = out.stats.noncanonical;

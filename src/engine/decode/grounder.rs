@@ -3,7 +3,9 @@
 //! each grounded string when it closes, and on one the document does not state goes
 //! back and writes `null` in its place. With `--grounded` it also judges each object
 //! row of an array as it closes, and on one that repeats an earlier row goes back to
-//! the end of the row before and closes the array there.
+//! the end of the row before and closes the array there, and cuts a string of a row
+//! that holds several items to its first ([`Grounding::first_item`]), going back to
+//! where that string started.
 
 use formwork_grammar::matcher::Matcher;
 use formwork_models::runtime::LanguageModel;
@@ -47,6 +49,9 @@ pub(super) struct Grounder<'a> {
     row_mark: Option<Mark>,
     /// Rows judged so far (their count in the scan).
     rows_judged: usize,
+    /// The latest mark taken outside any string value: at or before the start of the
+    /// string being written, where a string cut to its first item is replayed from.
+    value_mark: Option<Mark>,
 }
 
 impl<'a> Grounder<'a> {
@@ -59,6 +64,7 @@ impl<'a> Grounder<'a> {
             last_mark: None,
             row_mark: None,
             rows_judged: 0,
+            value_mark: None,
         }
     }
 
@@ -101,6 +107,9 @@ impl<'a> Grounder<'a> {
                 bytes: out.bytes.len(),
                 ranges: out.forced_ranges.len(),
             });
+            if !s.open_value && self.last_mark.is_some() {
+                self.value_mark.clone_from(&self.last_mark);
+            }
         }
         let worth = match (&s.next_value, &s.before_value_in) {
             (Some(p), _) => g.covers(p),
@@ -142,6 +151,11 @@ impl<'a> Grounder<'a> {
             .enumerate()
             .filter(|(_, s)| s.end > since)
         {
+            if let Some(first) = g.first_item(&s.pattern, &s.value) {
+                if let Some(l) = self.cut(model.as_mut(), codec, matcher, pos, out, s, first)? {
+                    return Ok(Some(l));
+                }
+            }
             // Every earlier string counts for `distinct`, grounded or not: one
             // quotation fills one field.
             let earlier = scan.strings[..i]
@@ -209,6 +223,9 @@ impl<'a> Grounder<'a> {
         if self.row_mark.as_ref().is_some_and(|m| m.bytes > len) {
             self.row_mark = None;
         }
+        if self.value_mark.as_ref().is_some_and(|m| m.bytes > len) {
+            self.value_mark = None;
+        }
         if self.g.is_some_and(|g| g.judges_rows()) {
             self.rows_judged = ground::scan(&out.bytes).items.len();
         }
@@ -258,35 +275,95 @@ impl<'a> Grounder<'a> {
             };
             let mut text = out.bytes[mark.bytes..end].to_vec();
             text.push(b']');
-            let replay = std::str::from_utf8(&text)
-                .ok()
-                .map(|t| codec.encode(t))
-                .unwrap_or_default();
-            let mut m = mark.matcher.clone();
-            let ok = !replay.is_empty()
-                && replay
-                    .iter()
-                    .all(|&t| m.is_allowed(t) && m.commit(t).is_ok());
-            if !ok || !model.truncate(mark.pos) {
+            let Some(logits) =
+                self.replay(model, codec, matcher, pos, out, &mark, &text, mark.bytes)?
+            else {
                 out.stats.rows_kept += 1;
                 continue;
-            }
-            *matcher = m;
-            let probs = &mut out.probs;
-            probs.chosen.retain(|c| c.at < mark.bytes);
-            probs.odds.retain(|o| o.at < mark.bytes);
-            out.tokens.truncate(mark.tokens);
-            out.bytes.truncate(mark.bytes);
-            out.forced_ranges.truncate(mark.ranges);
-            out.push(codec, &replay, false, true);
-            *pos = mark.pos;
-            let logits = out.forward(model, &replay, pos)?;
+            };
             out.stats.rows_dropped += 1;
-            self.judged = out.bytes.len();
-            self.checkpoint = self.checkpoint.take().filter(|c| c.bytes <= mark.bytes);
-            self.forget_after(mark.bytes, out);
             return Ok(Some(logits));
         }
         Ok(None)
+    }
+
+    /// Cuts the string `s` (just closed) to its `first` item: goes back to the value
+    /// mark before it, writes the text from there to the value and `first` as the
+    /// value, and returns the logits after it. The model's own choices inside the
+    /// kept first item keep their probabilities. `None`: nothing taken back.
+    #[allow(clippy::too_many_arguments)]
+    fn cut(
+        &mut self,
+        model: &mut dyn LanguageModel,
+        codec: &dyn Codec,
+        matcher: &mut Matcher,
+        pos: &mut usize,
+        out: &mut DecodeOutput,
+        s: &ground::StringValue,
+        first: &str,
+    ) -> formwork_models::Result<Option<Vec<f32>>> {
+        let Some(mark) = self.value_mark.clone().filter(|m| m.bytes <= s.start) else {
+            out.stats.items_kept += 1;
+            return Ok(None);
+        };
+        let value = serde_json::to_string(first).expect("a string serialises");
+        let mut text = out.bytes[mark.bytes..s.start].to_vec();
+        text.extend_from_slice(value.as_bytes());
+        let open = &value.as_bytes()[..value.len() - 1];
+        let keep = if out.bytes[s.start..].starts_with(open) {
+            s.start + open.len()
+        } else {
+            s.start
+        };
+        let Some(logits) = self.replay(model, codec, matcher, pos, out, &mark, &text, keep)? else {
+            out.stats.items_kept += 1;
+            return Ok(None);
+        };
+        out.stats.items_cut += 1;
+        Ok(Some(logits))
+    }
+
+    /// Goes back to `mark` (the model's cache truncated there) and writes `text` from
+    /// there, as forced tokens, in one forward pass; returns the logits after it. The
+    /// chosen tokens' probabilities before byte `keep` stay. `None` when the grammar
+    /// refuses the text there or the model cannot truncate its cache.
+    #[allow(clippy::too_many_arguments)]
+    fn replay(
+        &mut self,
+        model: &mut dyn LanguageModel,
+        codec: &dyn Codec,
+        matcher: &mut Matcher,
+        pos: &mut usize,
+        out: &mut DecodeOutput,
+        mark: &Mark,
+        text: &[u8],
+        keep: usize,
+    ) -> formwork_models::Result<Option<Vec<f32>>> {
+        let replay = std::str::from_utf8(text)
+            .ok()
+            .map(|t| codec.encode(t))
+            .unwrap_or_default();
+        let mut m = mark.matcher.clone();
+        let ok = !replay.is_empty()
+            && replay
+                .iter()
+                .all(|&t| m.is_allowed(t) && m.commit(t).is_ok());
+        if !ok || !model.truncate(mark.pos) {
+            return Ok(None);
+        }
+        *matcher = m;
+        let probs = &mut out.probs;
+        probs.chosen.retain(|c| c.at < keep);
+        probs.odds.retain(|o| o.at < keep);
+        out.tokens.truncate(mark.tokens);
+        out.bytes.truncate(mark.bytes);
+        out.forced_ranges.truncate(mark.ranges);
+        out.push(codec, &replay, false, true);
+        *pos = mark.pos;
+        let logits = out.forward(model, &replay, pos)?;
+        self.judged = out.bytes.len();
+        self.checkpoint = self.checkpoint.take().filter(|c| c.bytes <= mark.bytes);
+        self.forget_after(mark.bytes, out);
+        Ok(Some(logits))
     }
 }

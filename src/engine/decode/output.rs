@@ -45,6 +45,12 @@ pub struct DecodeStats {
     /// Such rows that could not be taken back (no mark before them, the schema wants
     /// more rows, or the model cannot truncate its cache).
     pub rows_kept: usize,
+    /// Strings of a row that held several items, cut to their first while decoding
+    /// ([`crate::engine::ground::Grounding::first_item`]).
+    pub items_cut: usize,
+    /// Such strings that could not be cut (no mark before them, the grammar refused
+    /// the cut value, or the model cannot truncate its cache).
+    pub items_kept: usize,
     pub grounded_nulls: usize,
     /// Grounded strings that failed but could not be taken back (no snapshot before
     /// them, or the grammar refused `null` there); they stay in the output.
