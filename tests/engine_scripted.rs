@@ -1226,6 +1226,52 @@ fn a_list_of_codes_the_document_does_not_state_is_cut_to_its_first() {
     assert_eq!(out.stats.items_cut, 0);
 }
 
+fn evidence_schema() -> Value {
+    json!({"type": "object", "properties": {
+        "rows": {"type": "array", "items": {"type": "object", "properties": {
+            "quote": {"type": "string", "maxLength": 40, "x-formwork-evidence": true},
+            "sku": {"type": "string", "maxLength": 8},
+            "qty": {"type": ["integer", "null"]},
+            "txt": {"type": ["string", "null"], "maxLength": 10}},
+            "required": ["quote", "sku", "qty", "txt"], "additionalProperties": false}}},
+        "required": ["rows"], "additionalProperties": false})
+}
+
+#[test]
+fn a_rows_values_that_its_evidence_does_not_state_are_taken_back_to_null() {
+    // The quotation of the row is about R1 ("un paio"); the model takes the quantity
+    // and its wording from the next item. Both are in the document, neither in the
+    // row's evidence: each is taken back and written null.
+    const PLANS: &[&str] = &[
+        r#"{"rows":[{"quote":"un paio dello SKU R1","sku":"R1","qty":5,"txt":"5 pz"}]}"#,
+        r#"{"rows":[{"quote":"un paio dello SKU R1","sku":"R1","qty":null,"txt":"5 pz"}]}"#,
+        r#"{"rows":[{"quote":"un paio dello SKU R1","sku":"R1","qty":null,"txt":null}]}"#,
+    ];
+    let codec = ByteCodec::new();
+    let doc = "un paio dello SKU R1 e 5 pz dello SKU R2";
+    let schema = evidence_schema();
+    let (text, out, _) =
+        grounded_run_in(GroundMode::Distinct, &schema, follows(PLANS), &codec, doc);
+    assert_eq!(text, PLANS[2]);
+    assert_eq!(out.stats.grounded_nulls, 2);
+    assert_valid(&schema, &text);
+    assert_eq!(codec.text(&out.tokens), text);
+    // The evidence states both: kept.
+    const STATED: &[&str] =
+        &[r#"{"rows":[{"quote":"5 pz dello SKU R1","sku":"R1","qty":5,"txt":"5 pz"}]}"#];
+    let (text, out, _) =
+        grounded_run_in(GroundMode::Distinct, &schema, follows(STATED), &codec, doc);
+    assert_eq!(text, STATED[0]);
+    assert_eq!(out.stats.grounded_nulls, 0);
+    // A quotation that does not name the row's code is no evidence for it: kept.
+    const ASIDE: &[&str] =
+        &[r#"{"rows":[{"quote":"e 5 pz dello SKU R2","sku":"R1","qty":5,"txt":"5 pz"}]}"#];
+    let (text, out, _) =
+        grounded_run_in(GroundMode::Distinct, &schema, follows(ASIDE), &codec, doc);
+    assert_eq!(text, ASIDE[0]);
+    assert_eq!(out.stats.grounded_nulls, 0);
+}
+
 /// Free decoding along a script that writes `text` then EOS, with `until`.
 fn free_along(text: &[u8], max_tokens: usize, until: Until<'_>) -> (DecodeOutput, Vec<Vec<u32>>) {
     let text = text.to_vec();

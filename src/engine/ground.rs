@@ -42,10 +42,14 @@ use super::source::{resolve, type_names};
 mod items;
 mod scan;
 
-pub use scan::{scan, Item, Scan, StringValue};
+pub use scan::{scan, Item, NumberValue, Scan, StringValue};
 
 /// The schema keyword that marks one field grounded.
 pub const KEYWORD: &str = "x-formwork-grounded";
+
+/// The schema keyword that marks a string field as its object's evidence: the
+/// quotation the object's other values are taken from ([`Grounding::evidence_of`]).
+pub const EVIDENCE: &str = "x-formwork-evidence";
 
 /// How `--grounded` judges a value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -88,6 +92,8 @@ pub struct Grounding {
     /// With `--grounded`: an array's rows end at the first that repeats an earlier one
     /// ([`Grounding::repeats_row`]).
     rows: bool,
+    /// The fields marked [`EVIDENCE`], as patterns.
+    evidence: Vec<String>,
 }
 
 /// Lowercased, with each run of whitespace as one space, trimmed.
@@ -108,9 +114,11 @@ impl Grounding {
             dates: date_patterns,
             anywhere,
             row_strings,
+            evidence,
         } = fields(schema, mode.is_some());
-        let judged = !patterns.is_empty() || !date_patterns.is_empty();
+        let judged = !patterns.is_empty() || !date_patterns.is_empty() || !evidence.is_empty();
         (judged || (mode.is_some() && row_strings)).then(|| Grounding {
+            evidence,
             patterns,
             anywhere,
             days: if date_patterns.is_empty() {
@@ -185,6 +193,12 @@ impl Grounding {
         self.rows
     }
 
+    /// Does the loop keep marks to truncate back to: rows judged, or an evidence
+    /// field whose row's values may be taken back?
+    pub fn marks(&self) -> bool {
+        self.rows || !self.evidence.is_empty()
+    }
+
     /// Does the object `row` of an array only repeat one of the `earlier` rows of the
     /// same array? A small model pads an array to the length of its worked examples:
     /// a one-item order comes back with a second row of the same code and a null
@@ -247,6 +261,54 @@ impl Grounding {
             return Some(&value[..n]);
         }
         items::first_of_list(value, |p| self.holds_at(pattern, p))
+    }
+
+    /// The pattern of the evidence field ([`EVIDENCE`]) of the object a value at
+    /// `pattern` is a field of, when it has one and it is not that field itself.
+    pub fn evidence_of(&self, pattern: &str) -> Option<&str> {
+        let parent = &pattern[..pattern.rfind('/')?];
+        self.evidence.iter().map(String::as_str).find(|e| {
+            *e != pattern && e.len() > parent.len() && e.starts_with(parent) && {
+                let rest = &e[parent.len()..];
+                rest.starts_with('/') && !rest[1..].contains('/')
+            }
+        })
+    }
+
+    /// Is `evidence` about its row: does it state one of the row's `earlier` string
+    /// values (written after it: a code, a name)? A quotation of a greeting or of
+    /// another line is not evidence for the row's values.
+    pub fn backs<'a>(evidence: &str, mut earlier: impl Iterator<Item = &'a str>) -> bool {
+        let e = fold(evidence);
+        earlier.any(|v| {
+            let v = fold(v);
+            !v.is_empty() && e.contains(&v)
+        })
+    }
+
+    /// Does `evidence` state the string `value` (case and spaces aside)?
+    pub fn evidence_states(evidence: &str, value: &str) -> bool {
+        let v = fold(value);
+        !v.is_empty() && fold(evidence).contains(&v)
+    }
+
+    /// Does `evidence` state the number written `text`: the same characters, not
+    /// inside a longer number (`45` in "45 pz", not in "145")?
+    pub fn evidence_states_number(evidence: &str, text: &str) -> bool {
+        // A digit next to it, or a decimal mark then a digit: a longer number.
+        let longer = |mut side: std::str::Chars<'_>, rev: bool| {
+            let mut next = || if rev { side.next_back() } else { side.next() };
+            match next() {
+                Some(c) if c.is_ascii_digit() => true,
+                Some('.' | ',') => next().is_some_and(|d| d.is_ascii_digit()),
+                _ => false,
+            }
+        };
+        !text.is_empty()
+            && evidence.match_indices(text).any(|(i, _)| {
+                !longer(evidence[..i].chars(), true)
+                    && !longer(evidence[i + text.len()..].chars(), false)
+            })
     }
 
     /// Is a value at `pattern` judged?
@@ -554,6 +616,8 @@ struct Fields {
     /// Does a field of an array's object rows admit a string (one that
     /// [`Grounding::first_item`] may cut)?
     row_strings: bool,
+    /// The fields marked [`EVIDENCE`].
+    evidence: Vec<String>,
 }
 
 fn fields(schema: &Value, all_nullable_strings: bool) -> Fields {
@@ -574,6 +638,10 @@ fn walk(root: &Value, v: &Value, pat: &mut String, all: bool, out: &mut Fields, 
         return;
     }
     let m = resolve(root, v);
+    let is_evidence = |x: &Value| x.get(EVIDENCE) == Some(&Value::Bool(true));
+    if (is_evidence(v) || is_evidence(m)) && !out.evidence.contains(pat) {
+        out.evidence.push(pat.clone());
+    }
     let grounded = all || marked(v) || marked(m);
     if grounded && (marked_anywhere(v) || marked_anywhere(m)) && !out.anywhere.contains(pat) {
         out.anywhere.push(pat.clone());
@@ -771,6 +839,39 @@ mod tests {
         // Marked "anywhere" grounds the field without --grounded too.
         let g = Grounding::new(&schema, None, mail).unwrap();
         assert!(g.covers("/sender") && !g.covers("/client"));
+    }
+
+    #[test]
+    fn evidence_is_the_quotation_of_its_own_object() {
+        let schema = json!({"type": "object", "properties": {"rows": {"type": "array",
+            "items": {"type": "object", "properties": {
+                "quote": {"type": "string", "x-formwork-evidence": true},
+                "sku": {"type": "string"},
+                "qty": {"type": ["integer", "null"]}}}}}});
+        let g = Grounding::new(&schema, None, "doc").expect("evidence alone makes a grounding");
+        assert_eq!(g.evidence_of("/rows/*/qty"), Some("/rows/*/quote"));
+        assert_eq!(g.evidence_of("/rows/*/quote"), None, "not its own evidence");
+        assert_eq!(g.evidence_of("/other"), None);
+        assert_eq!(g.evidence_of("/rows/*/qty/deeper"), None);
+        assert!(Grounding::backs(
+            "ci servono 5 pz dello SKU R1",
+            ["r1"].into_iter()
+        ));
+        assert!(!Grounding::backs(
+            "Gentile Sig.ra Pellegrini",
+            ["880"].into_iter()
+        ));
+        assert!(!Grounding::backs("anything", [""].into_iter()));
+        let n = Grounding::evidence_states_number;
+        assert!(n("45 pz dello SKU 1001", "45"));
+        assert!(n("(45)", "45"));
+        assert!(!n("145 pz", "45"));
+        assert!(!n("4500 pz", "45"));
+        assert!(!n("2.45 kg", "45"));
+        assert!(!n("45.5 kg", "45"));
+        assert!(n("45, 46", "45"), "a list separator is not a decimal mark");
+        assert!(!n("una trentina", "30"));
+        assert!(Grounding::evidence_states("Un PAIO  di pezzi", "un paio"));
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! row of an array as it closes, and on one that repeats an earlier row goes back to
 //! the end of the row before and closes the array there, and cuts a string of a row
 //! that holds several items to its first ([`Grounding::first_item`]), going back to
-//! where that string started.
+//! where that string started. In a row with an evidence field (`x-formwork-evidence`)
+//! that is about the row, a grounded string or a number its evidence does not state
+//! is taken back and written `null`.
 
 use formwork_grammar::matcher::Matcher;
 use formwork_models::runtime::LanguageModel;
@@ -92,7 +94,7 @@ impl<'a> Grounder<'a> {
     ) {
         let Some(g) = self.g else { return };
         let s = ground::scan(&out.bytes);
-        if g.judges_rows() {
+        if g.marks() {
             // The previous decision point lies at or before the end of the last row
             // that closed since: the place to go back to if the next row repeats.
             if let (Some(m), Some(row)) = (self.last_mark.take(), s.items.last()) {
@@ -161,7 +163,11 @@ impl<'a> Grounder<'a> {
             let earlier = scan.strings[..i]
                 .iter()
                 .map(|e| (e.pattern.as_str(), e.value.as_str()));
-            if !g.covers(&s.pattern) || g.judge(&s.pattern, &s.value, earlier) {
+            if !g.covers(&s.pattern)
+                || (g.judge(&s.pattern, &s.value, earlier)
+                    && row_evidence(g, &scan, &s.pattern, s.obj, s.start)
+                        .is_none_or(|e| Grounding::evidence_states(e, &s.value)))
+            {
                 continue;
             }
             let Some(cp) = self.checkpoint.take_if(|c| c.bytes <= s.start) else {
@@ -210,7 +216,57 @@ impl<'a> Grounder<'a> {
             self.forget_after(cp.bytes, out);
             return Ok(Some(logits));
         }
+        // A number is complete once the delimiter after it is written.
+        for n in scan.numbers.iter().filter(|n| n.end >= since) {
+            let Some(e) = row_evidence(g, &scan, &n.pattern, n.obj, n.start) else {
+                continue;
+            };
+            if Grounding::evidence_states_number(e, &n.text) {
+                continue;
+            }
+            if let Some(l) = self.null_number(model.as_mut(), codec, matcher, pos, out, n)? {
+                return Ok(Some(l));
+            }
+        }
         self.back_row(model.as_mut(), codec, matcher, pos, out, &scan)
+    }
+
+    /// Takes the number `n` back to the value mark before it and writes `null` there
+    /// (its confidence is then 1 minus the number's probability, as for a grounded
+    /// string). `None`: kept (no mark, or the field may not be `null`).
+    fn null_number(
+        &mut self,
+        model: &mut dyn LanguageModel,
+        codec: &dyn Codec,
+        matcher: &mut Matcher,
+        pos: &mut usize,
+        out: &mut DecodeOutput,
+        n: &ground::NumberValue,
+    ) -> formwork_models::Result<Option<Vec<f32>>> {
+        let Some(mark) = self.value_mark.clone().filter(|m| m.bytes <= n.start) else {
+            out.stats.grounded_kept += 1;
+            return Ok(None);
+        };
+        let mut text = out.bytes[mark.bytes..n.start].to_vec();
+        text.extend_from_slice(b"null");
+        let p = confidence::value_p(
+            &out.probs.chosen,
+            n.start,
+            n.end,
+            confidence::Combine::Product,
+        );
+        let Some(logits) = self.replay(model, codec, matcher, pos, out, &mark, &text, n.start)?
+        else {
+            out.stats.grounded_kept += 1;
+            return Ok(None);
+        };
+        out.probs.taken_back.push(Chosen {
+            at: n.start,
+            len: n.end - n.start,
+            p,
+        });
+        out.stats.grounded_nulls += 1;
+        Ok(Some(logits))
     }
 
     /// After a take-back to `len` bytes: forgets the marks past it, and counts the
@@ -366,4 +422,30 @@ impl<'a> Grounder<'a> {
         self.forget_after(mark.bytes, out);
         Ok(Some(logits))
     }
+}
+
+/// The evidence of the row a value at `pattern` (a field of the object at `obj`,
+/// starting at byte `start`) belongs to: the row's evidence field's value, written
+/// before it, when it states one of the row's strings written between the two
+/// ([`Grounding::backs`]). `None` when the row has none, or it is not about the row.
+fn row_evidence<'s>(
+    g: &Grounding,
+    scan: &'s ground::Scan,
+    pattern: &str,
+    obj: Option<usize>,
+    start: usize,
+) -> Option<&'s str> {
+    let ep = g.evidence_of(pattern)?;
+    let obj = Some(obj?);
+    let ev = scan
+        .strings
+        .iter()
+        .rev()
+        .find(|e| e.obj == obj && e.pattern == ep && e.end <= start)?;
+    let about = scan
+        .strings
+        .iter()
+        .filter(|x| x.obj == obj && x.start >= ev.end && x.end <= start)
+        .map(|x| x.value.as_str());
+    Grounding::backs(&ev.value, about).then_some(ev.value.as_str())
 }

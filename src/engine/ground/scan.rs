@@ -15,6 +15,22 @@ pub struct StringValue {
     pub end: usize,
     /// The decoded string.
     pub value: String,
+    /// Byte offset of the `{` of the object it is a field of (`None` in an array or
+    /// at the root): values with the same one are fields of one row.
+    pub obj: Option<usize>,
+}
+
+/// One number value of a JSON text, complete (a delimiter follows it).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NumberValue {
+    pub pattern: String,
+    /// Byte offsets of its first character and just past its last.
+    pub start: usize,
+    pub end: usize,
+    /// As written (`45`, `-2.5`).
+    pub text: String,
+    /// As [`StringValue::obj`].
+    pub obj: Option<usize>,
 }
 
 /// What a prefix of a JSON text holds, for grounding.
@@ -22,6 +38,8 @@ pub struct StringValue {
 pub struct Scan {
     /// The complete string values, in order.
     pub strings: Vec<StringValue>,
+    /// The complete number values, in order.
+    pub numbers: Vec<NumberValue>,
     /// When the text ends where no value has started yet (before a key, inside a
     /// key, after a key or its colon, after `[` or `,` in an array): the pattern of
     /// the container the next value goes in.
@@ -33,7 +51,8 @@ pub struct Scan {
     pub items: Vec<Item>,
     /// Does the text end inside an array (at any depth)?
     pub in_array: bool,
-    /// Does the text end inside a string value that has not closed (not a key)?
+    /// Does the text end inside a string value that has not closed (not a key), or
+    /// inside a number or literal (no delimiter after it yet)?
     pub open_value: bool,
 }
 
@@ -57,6 +76,8 @@ enum Frame {
         has_value: bool,
         /// As an array's item: the offsets of the array's `[` and of this `{`.
         item_of: Option<(usize, usize)>,
+        /// The offset of this `{`.
+        start: usize,
     },
     Array {
         pat: String,
@@ -92,12 +113,27 @@ pub fn scan(bytes: &[u8]) -> Scan {
             None => String::new(),
         }
     };
+    let obj_of = |stack: &Vec<Frame>| match stack.last() {
+        Some(Frame::Object { start, .. }) => Some(*start),
+        _ => None,
+    };
+    // The number being read: its pattern, start and object.
+    let mut number: Option<(String, usize, Option<usize>)> = None;
     let mut unterminated = false;
     while i < bytes.len() {
         let c = bytes[i];
         if in_scalar {
             if matches!(c, b',' | b'}' | b']') || c.is_ascii_whitespace() {
                 in_scalar = false;
+                if let Some((pattern, start, obj)) = number.take() {
+                    out.numbers.push(NumberValue {
+                        pattern,
+                        start,
+                        end: i,
+                        text: String::from_utf8_lossy(&bytes[start..i]).into_owned(),
+                        obj,
+                    });
+                }
             } else {
                 i += 1;
                 continue;
@@ -133,6 +169,7 @@ pub fn scan(bytes: &[u8]) -> Scan {
                         start,
                         end: j + 1,
                         value: decoded,
+                        obj: obj_of(&stack),
                     });
                     set_value_done(&mut stack, &mut root_next);
                 } else if let Some(Frame::Object { key, has_value, .. }) = stack.last_mut() {
@@ -156,6 +193,7 @@ pub fn scan(bytes: &[u8]) -> Scan {
                         value_next: false,
                         has_value: false,
                         item_of,
+                        start: i,
                     }
                 } else {
                     Frame::Array {
@@ -191,6 +229,9 @@ pub fn scan(bytes: &[u8]) -> Scan {
             c if c.is_ascii_whitespace() => {}
             _ => {
                 if value_next {
+                    if c == b'-' || c.is_ascii_digit() {
+                        number = Some((value_pattern(&stack), i, obj_of(&stack)));
+                    }
                     set_value_done(&mut stack, &mut root_next);
                 }
                 in_scalar = true;
@@ -216,6 +257,7 @@ pub fn scan(bytes: &[u8]) -> Scan {
         };
     }
     out.in_array = stack.iter().any(|f| matches!(f, Frame::Array { .. }));
+    out.open_value |= in_scalar;
     out
 }
 
@@ -264,6 +306,21 @@ mod tests {
             "a key is not a value"
         );
         assert!(!scan(br#"{"a":"Ten""#).open_value);
+        assert!(scan(br#"{"a":12"#).open_value, "a number may go on");
+        // Numbers are complete once a delimiter follows; each knows its row.
+        let t = br#"{"r":[{"q":"x","n":45},{"n":-2.5}],"m":7"#;
+        let s = scan(t);
+        let got: Vec<(&str, &str, Option<usize>)> = s
+            .numbers
+            .iter()
+            .map(|x| (x.pattern.as_str(), x.text.as_str(), x.obj))
+            .collect();
+        assert_eq!(
+            got,
+            [("/r/*/n", "45", Some(6)), ("/r/*/n", "-2.5", Some(23))]
+        );
+        assert_eq!(s.strings[0].obj, Some(6));
+        assert_eq!(&t[s.numbers[0].start..s.numbers[0].end], b"45");
         assert_eq!(scan(br#"{"a":12"#).before_value_in, None);
         // After a complete value: the next one goes in the same container.
         assert_eq!(scan(br#"{"a":"x""#).before_value_in.as_deref(), Some(""));
