@@ -94,6 +94,8 @@ pub struct Grounding {
     rows: bool,
     /// The fields marked [`EVIDENCE`], as patterns.
     evidence: Vec<String>,
+    /// The document as given (an evidence quotation is taken whole from it).
+    doc: String,
 }
 
 /// Lowercased, with each run of whitespace as one space, trimmed.
@@ -128,6 +130,7 @@ impl Grounding {
             },
             date_patterns,
             folded_doc: fold(document),
+            doc: document.to_string(),
             folded_body: fold(&body(document)),
             distinct: mode == Some(GroundMode::Distinct),
             rows: mode.is_some(),
@@ -273,6 +276,20 @@ impl Grounding {
                 rest.starts_with('/') && !rest[1..].contains('/')
             }
         })
+    }
+
+    /// An evidence quotation (a value at a field marked [`EVIDENCE`]) taken whole:
+    /// `value` and the rest of its clause in the document, when the quotation stops
+    /// before the end of its sentence and what is left of it names no code or
+    /// quantity (so no other item): "vi ordino 40 pezzi del codice K-210" becomes
+    /// "vi ordino 40 pezzi del codice K-210, ci servono con urgenza". The values the
+    /// row takes from its evidence (a label such as an urgency) are then weighed on
+    /// the whole clause. `None` when it is whole already, or not quoted.
+    pub fn whole_evidence(&self, pattern: &str, value: &str) -> Option<String> {
+        if !self.evidence.iter().any(|e| e == pattern) {
+            return None;
+        }
+        items::rest_of_clause(&self.doc, value).map(|r| format!("{value}{r}"))
     }
 
     /// Is `evidence` about its row: does it state one of the row's `earlier` string

@@ -154,7 +154,16 @@ impl<'a> Grounder<'a> {
             .filter(|(_, s)| s.end > since)
         {
             if let Some(first) = g.first_item(&s.pattern, &s.value) {
-                if let Some(l) = self.cut(model.as_mut(), codec, matcher, pos, out, s, first)? {
+                if let Some(l) = self.rewrite(model.as_mut(), codec, matcher, pos, out, s, first)? {
+                    out.stats.items_cut += 1;
+                    return Ok(Some(l));
+                }
+                out.stats.items_kept += 1;
+            } else if let Some(whole) = g.whole_evidence(&s.pattern, &s.value) {
+                if let Some(l) =
+                    self.rewrite(model.as_mut(), codec, matcher, pos, out, s, &whole)?
+                {
+                    out.stats.quotes_extended += 1;
                     return Ok(Some(l));
                 }
             }
@@ -343,12 +352,14 @@ impl<'a> Grounder<'a> {
         Ok(None)
     }
 
-    /// Cuts the string `s` (just closed) to its `first` item: goes back to the value
-    /// mark before it, writes the text from there to the value and `first` as the
-    /// value, and returns the logits after it. The model's own choices inside the
-    /// kept first item keep their probabilities. `None`: nothing taken back.
+    /// Writes the string `s` (just closed) as `value` instead (its first item, or
+    /// the quotation taken whole): goes back to the value mark before it, writes the
+    /// text from there to the value and `value`, and returns the logits after it.
+    /// The model's own choices in the part of `value` it wrote keep their
+    /// probabilities. `None`: nothing taken back (no mark before it, the grammar
+    /// refuses `value` there, or the model cannot truncate its cache).
     #[allow(clippy::too_many_arguments)]
-    fn cut(
+    fn rewrite(
         &mut self,
         model: &mut dyn LanguageModel,
         codec: &dyn Codec,
@@ -356,13 +367,12 @@ impl<'a> Grounder<'a> {
         pos: &mut usize,
         out: &mut DecodeOutput,
         s: &ground::StringValue,
-        first: &str,
+        value: &str,
     ) -> formwork_models::Result<Option<Vec<f32>>> {
         let Some(mark) = self.value_mark.clone().filter(|m| m.bytes <= s.start) else {
-            out.stats.items_kept += 1;
             return Ok(None);
         };
-        let value = serde_json::to_string(first).expect("a string serialises");
+        let value = serde_json::to_string(value).expect("a string serialises");
         let mut text = out.bytes[mark.bytes..s.start].to_vec();
         text.extend_from_slice(value.as_bytes());
         let open = &value.as_bytes()[..value.len() - 1];
@@ -371,12 +381,7 @@ impl<'a> Grounder<'a> {
         } else {
             s.start
         };
-        let Some(logits) = self.replay(model, codec, matcher, pos, out, &mark, &text, keep)? else {
-            out.stats.items_kept += 1;
-            return Ok(None);
-        };
-        out.stats.items_cut += 1;
-        Ok(Some(logits))
+        self.replay(model, codec, matcher, pos, out, &mark, &text, keep)
     }
 
     /// Goes back to `mark` (the model's cache truncated there) and writes `text` from

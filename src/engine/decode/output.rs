@@ -51,6 +51,9 @@ pub struct DecodeStats {
     /// Such strings that could not be cut (no mark before them, the grammar refused
     /// the cut value, or the model cannot truncate its cache).
     pub items_kept: usize,
+    /// Evidence quotations taken to the end of their clause
+    /// ([`crate::engine::ground::Grounding::whole_evidence`]).
+    pub quotes_extended: usize,
     pub grounded_nulls: usize,
     /// Grounded strings that failed but could not be taken back (no snapshot before
     /// them, or the grammar refused `null` there); they stay in the output.

@@ -103,6 +103,40 @@ pub(super) fn first_of_list(v: &str, stated: impl Fn(&str) -> bool) -> Option<&s
         .then(|| parts[0])
 }
 
+/// The rest of the clause a quotation `q` of `doc` stops short of: where `q` occurs
+/// in `doc` (exactly, else ignoring ASCII case), the text after it up to the end of
+/// its sentence (`.` `!` `?` not followed by a digit, or a line break), without the
+/// final punctuation, when that rest names no code or quantity (no word with a digit:
+/// that would be another item) and says something (a letter). `None` otherwise.
+pub(super) fn rest_of_clause<'d>(doc: &'d str, q: &str) -> Option<&'d str> {
+    if q.trim().is_empty() {
+        return None;
+    }
+    let at = doc.find(q).or_else(|| {
+        let (d, q) = (doc.to_ascii_lowercase(), q.to_ascii_lowercase());
+        d.find(&q)
+    })?;
+    let tail = &doc[at + q.len()..];
+    let mut end = tail.len();
+    let b = tail.as_bytes();
+    for (i, c) in tail.char_indices() {
+        let stop = match c {
+            '\n' | '\r' => true,
+            '.' | '!' | '?' => !b.get(i + 1).is_some_and(|d| d.is_ascii_digit()),
+            _ => false,
+        };
+        if stop {
+            end = i;
+            break;
+        }
+    }
+    let rest =
+        tail[..end].trim_end_matches(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | ':'));
+    let says = rest.chars().any(char::is_alphabetic);
+    let codes = words(rest).iter().any(Word::is_code);
+    (says && !codes).then_some(rest)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,5 +201,44 @@ mod tests {
         assert_eq!(first_of_list("44A, 99Z", stated), None);
         assert_eq!(first_of_list("44A", stated), None);
         assert_eq!(first_of_list("44A, , 44B", stated), None);
+    }
+
+    #[test]
+    fn a_quotation_is_taken_to_the_end_of_its_clause_when_no_item_follows() {
+        let doc =
+            "Buongiorno,\nvi ordino 40 pezzi del codice K-210, ci servono con urgenza.\nGrazie";
+        assert_eq!(
+            rest_of_clause(doc, "vi ordino 40 pezzi del codice K-210"),
+            Some(", ci servono con urgenza")
+        );
+        assert_eq!(
+            rest_of_clause(doc, "VI ORDINO 40 pezzi"),
+            None,
+            "a quantity follows"
+        );
+        let doc = "vorremmo 14 pezzi dell'articolo 620 e 2 pezzi dell'articolo 625, senza fretta.";
+        assert_eq!(
+            rest_of_clause(doc, "vorremmo 14 pezzi dell'articolo 620"),
+            None
+        );
+        assert_eq!(
+            rest_of_clause(doc, "e 2 pezzi dell'articolo 625"),
+            Some(", senza fretta")
+        );
+        // Already whole, or not in the document.
+        assert_eq!(
+            rest_of_clause(doc, "e 2 pezzi dell'articolo 625, senza fretta"),
+            None
+        );
+        assert_eq!(rest_of_clause(doc, "altro"), None);
+        assert_eq!(
+            rest_of_clause("peso 2.5 kg circa. Poi", "peso"),
+            None,
+            "2.5 is a number"
+        );
+        assert_eq!(
+            rest_of_clause("Via Roma 3, Lecce. Fattura", "Via Roma 3"),
+            Some(", Lecce")
+        );
     }
 }
