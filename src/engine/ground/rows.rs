@@ -147,6 +147,7 @@ impl Grounding {
 
 #[cfg(test)]
 mod tests {
+    use super::super::GroundMode;
     use super::*;
     use serde_json::json;
 
