@@ -5,11 +5,11 @@
 //! its input once and runs over the rows of all sequences together.
 
 use candle_core::{Device, Module, Result, Tensor};
-use rayon::prelude::*;
 
 use super::cache::{self, Kv, LayerCache};
 use super::weights::{Embedding, GateUp, Linear, Qkv, Weights};
-use super::{bail, threads, Config, RopeStyle};
+use super::workers::for_each_chunk_mut;
+use super::{bail, threads, workers, Config, RopeStyle};
 use crate::quant::{Isa, KvElem, Q8Acts, QMatrix};
 
 /// The forward pass of `segs.len()` sequences: segment `s` feeds `segs[s].0` at positions
@@ -99,11 +99,9 @@ pub(super) fn forward_impl(
         // Per value, so the same bits however the rows are split; libm's `tanh` is the
         // largest serial part of Gemma 3's prefill otherwise.
         let gelu = cfg.arch.gemma();
-        if threads() > 1 && n > 1 {
+        if let Some(pool) = workers().filter(|_| n > 1) {
             let w = g.len() / n;
-            g.par_chunks_mut(w)
-                .zip(u.par_chunks(w))
-                .for_each(|(g, u)| gate(g, u, gelu));
+            for_each_chunk_mut(pool, &mut g, w, |i, g| gate(g, &u[i * w..][..w], gelu));
         } else {
             gate(&mut g, &u, gelu);
         }
@@ -313,10 +311,9 @@ fn project<const N: usize>(
         let run = |(m, r0, rows, out): (&QMatrix, usize, usize, OutPtr)| unsafe {
             m.dot_rows_token_major(isa, r0, rows, acts, out.0)
         };
-        if threads > 1 {
-            tasks.into_par_iter().for_each(run);
-        } else {
-            tasks.into_iter().for_each(run);
+        match workers() {
+            Some(pool) => pool.for_each(tasks.len(), &|i| run(tasks[i])),
+            None => tasks.into_iter().for_each(run),
         }
     }
     for (lin, out) in lins.iter().zip(outs.iter_mut()) {
@@ -329,9 +326,11 @@ fn project<const N: usize>(
 }
 
 /// An output that several tasks write at disjoint places.
+#[derive(Clone, Copy)]
 struct OutPtr(*mut f32);
 // SAFETY: the tasks that share one write disjoint rows of it (`project`).
 unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
 
 /// Causal attention of each new row over its own sequence's cache: row `r` belongs to
 /// segment `segment[r]`, at position `positions[r]`, and sees the positions up to its own
@@ -364,10 +363,8 @@ fn attention(
             LayerCache::F16(kv) => attend(isa, qh, kv, start, end, g * hd, scale, cap, &mut sc, o),
         }
     };
-    if threads() > 1 {
-        out.par_chunks_mut(hd)
-            .enumerate()
-            .for_each(|(i, o)| one(i, o));
+    if let Some(pool) = workers() {
+        for_each_chunk_mut(pool, &mut out, hd, one);
     } else {
         for (i, o) in out.chunks_mut(hd).enumerate() {
             one(i, o);

@@ -78,6 +78,7 @@ mod cache;
 mod config;
 mod forward;
 mod weights;
+mod workers;
 
 pub use cache::KvType;
 pub use config::{Arch, Config, RopeStyle, Sliding};
@@ -133,10 +134,10 @@ pub struct ModelWeights {
     isa: Isa,
 }
 
-/// The worker pool for the matmuls and attention: `CANDLE_NUM_THREADS`, else
+/// The worker threads for the matmuls and attention: `CANDLE_NUM_THREADS`, else
 /// `RAYON_NUM_THREADS`, else candle's default; `None` for one thread (no hand-offs).
-fn pool() -> Option<&'static rayon::ThreadPool> {
-    static POOL: OnceLock<Option<rayon::ThreadPool>> = OnceLock::new();
+fn workers() -> Option<&'static workers::Workers> {
+    static POOL: OnceLock<Option<workers::Workers>> = OnceLock::new();
     POOL.get_or_init(|| {
         let n = ["CANDLE_NUM_THREADS", "RAYON_NUM_THREADS"]
             .iter()
@@ -151,17 +152,13 @@ fn pool() -> Option<&'static rayon::ThreadPool> {
         if n <= 1 {
             return None;
         }
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .thread_name(|i| format!("formwork-cpu-{i}"))
-            .build()
-            .ok()
+        workers::Workers::new(n).ok()
     })
     .as_ref()
 }
 
 fn threads() -> usize {
-    pool().map_or(1, |p| p.current_num_threads())
+    workers().map_or(1, |p| p.threads())
 }
 
 impl ModelWeights {
@@ -356,11 +353,7 @@ impl ModelWeights {
                     k += 1;
                 }
             }
-            let mut go = || forward_impl(&w, &mut caches, isa, &segs);
-            let out = match pool() {
-                Some(p) => p.install(go),
-                None => go(),
-            };
+            let out = forward_impl(&w, &mut caches, isa, &segs);
             match out {
                 Ok(logits) => {
                     for ((len, seg), (&i, l)) in
