@@ -203,6 +203,8 @@ pub struct Family {
     pub llama3_rope: Option<Llama3Rope>,
     /// Per-head RMS norms of q and k (`attn_q_norm`, `attn_k_norm`).
     pub qk_norm: bool,
+    /// Biases of q, k and v (`attn_q.bias`, ...: Qwen2).
+    pub qkv_bias: bool,
     /// The output matrix is the embedding (no `output.weight`).
     pub tied: bool,
     /// Gemma 2: norms after attention and the feed-forward block (`post_attention_norm`,
@@ -262,7 +264,9 @@ pub struct Gemma2 {
 }
 
 /// The families [`write_family`] writes: the configs of meta-llama/Llama-3.2-1B,
-/// Qwen/Qwen3-0.6B, mistralai/Mistral-7B-v0.3 (v0.2's RoPE base; v0.1 had 10000) and
+/// Qwen/Qwen3-0.6B, mistralai/Mistral-7B-v0.3 (v0.2's RoPE base; v0.1 had 10000),
+/// meta-llama/Llama-3.1-8B, Qwen/Qwen2.5-7B (biases of q, k and v; its 152k vocabulary
+/// comes with `--vocab`),
 /// google/gemma-2-2b (its sliding window cut to 512), and microsoft/Phi-3.5-mini-instruct
 /// (its RoPE factors shaped like the released ones, [`Phi3::factors`]).
 pub const FAMILIES: &[Family] = &[
@@ -285,6 +289,7 @@ pub const FAMILIES: &[Family] = &[
             original_context: 8192,
         }),
         qk_norm: false,
+        qkv_bias: false,
         tied: true,
         gemma2: None,
         phi3: None,
@@ -303,6 +308,7 @@ pub const FAMILIES: &[Family] = &[
         context: 40_960,
         llama3_rope: None,
         qk_norm: true,
+        qkv_bias: false,
         tied: true,
         gemma2: None,
         phi3: None,
@@ -321,6 +327,50 @@ pub const FAMILIES: &[Family] = &[
         context: 32_768,
         llama3_rope: None,
         qk_norm: false,
+        qkv_bias: false,
+        tied: false,
+        gemma2: None,
+        phi3: None,
+    },
+    Family {
+        name: "llama-3.1-8b",
+        arch: "llama",
+        hidden: 4096,
+        layers: 32,
+        heads: 32,
+        kv_heads: 8,
+        head_dim: 128,
+        ffn: 14336,
+        rope_theta: 500_000.0,
+        rms_eps: 1e-5,
+        context: 131_072,
+        llama3_rope: Some(Llama3Rope {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_context: 8192,
+        }),
+        qk_norm: false,
+        qkv_bias: false,
+        tied: false,
+        gemma2: None,
+        phi3: None,
+    },
+    Family {
+        name: "qwen2.5-7b",
+        arch: "qwen2",
+        hidden: 3584,
+        layers: 28,
+        heads: 28,
+        kv_heads: 4,
+        head_dim: 128,
+        ffn: 18944,
+        rope_theta: 1_000_000.0,
+        rms_eps: 1e-6,
+        context: 32_768,
+        llama3_rope: None,
+        qk_norm: false,
+        qkv_bias: true,
         tied: false,
         gemma2: None,
         phi3: None,
@@ -339,6 +389,7 @@ pub const FAMILIES: &[Family] = &[
         context: 8192,
         llama3_rope: None,
         qk_norm: false,
+        qkv_bias: false,
         tied: true,
         gemma2: Some(Gemma2 {
             sliding_window: 512,
@@ -361,6 +412,7 @@ pub const FAMILIES: &[Family] = &[
         context: 131_072,
         llama3_rope: None,
         qk_norm: false,
+        qkv_bias: false,
         tied: false,
         gemma2: None,
         phi3: Some(Phi3 {
@@ -518,6 +570,14 @@ pub fn write_family(
             tensors.push((p("attn_q.weight"), random_matrix(&mut rng, q, h, qtype)?));
             tensors.push((p("attn_k.weight"), random_matrix(&mut rng, kv, h, qtype)?));
             tensors.push((p("attn_v.weight"), random_matrix(&mut rng, kv, h, qtype)?));
+        }
+        if family.qkv_bias {
+            let bias = |rng: &mut Rng, n: usize| {
+                f32_vector((0..n).map(|_| 0.1 * rng.next_f32()).collect())
+            };
+            tensors.push((p("attn_q.bias"), bias(&mut rng, q)?));
+            tensors.push((p("attn_k.bias"), bias(&mut rng, kv)?));
+            tensors.push((p("attn_v.bias"), bias(&mut rng, kv)?));
         }
         if family.qk_norm {
             tensors.push((p("attn_q_norm.weight"), norm(&mut rng, family.head_dim)?));

@@ -38,7 +38,7 @@ pub enum ModelsCommand {
         /// A .gguf model file, or a header written by --header-only.
         #[arg(long)]
         like: Option<PathBuf>,
-        /// A released model's dimensions: llama-3.2-1b, qwen3-0.6b, mistral-7b, gemma-2-2b or phi-3.5-mini.
+        /// A released model's dimensions: llama-3.2-1b, qwen3-0.6b, mistral-7b, llama-3.1-8b, qwen2.5-7b, gemma-2-2b or phi-3.5-mini.
         #[arg(long, requires = "vocab", conflicts_with = "header_only")]
         family: Option<String>,
         /// With --family: a GGUF whose `tokenizer.*` metadata the file gets (llama.cpp's
