@@ -144,9 +144,18 @@ pub fn log_entry(run_id: &str, id: &Value, ex: &Extraction, text: &str, content:
         "needs_review": ex.needs_review, "mode": ex.mode, "model": ex.model,
         "schema_sha256": ex.schema_sha256,
     });
+    // A thinking run's (`--think`): its thought's tokens, whether the budget closed
+    // it, and with `content` its text.
+    if ex.reasoning.is_some() {
+        entry["tokens_reasoning"] = json!(ex.tokens_reasoning);
+        entry["reasoning_cut"] = json!(ex.reasoning_cut);
+    }
     if content {
         entry["document"] = json!(text);
         entry["output"] = json!(ex.text);
+        if let Some(r) = &ex.reasoning {
+            entry["reasoning"] = json!(r);
+        }
     }
     entry
 }

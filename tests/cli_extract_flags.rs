@@ -83,3 +83,13 @@ fn a_review_field_that_could_never_fire_is_refused() {
 fn log_content_without_a_log_is_refused() {
     assert_one_line_error(&["--log-content"], &["--log-content", "--log"]);
 }
+
+#[test]
+fn think_and_an_exact_think_budget_are_refused_together() {
+    // clap's usage error: exit 2, naming both flags, before anything loads.
+    let (stderr, code) = extract(&["--think", "--think-budget", "3"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--think"), "{stderr}");
+    assert!(stderr.contains("--think-budget"), "{stderr}");
+    assert!(!stderr.contains("absent.gguf"), "{stderr}");
+}

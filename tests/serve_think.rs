@@ -16,24 +16,6 @@ use std::process::Command;
 
 use server::Server;
 
-fn vocab() -> Option<PathBuf> {
-    let dir = match std::env::var_os("FORMWORK_LLAMACPP_VOCAB") {
-        Some(d) => PathBuf::from(d),
-        None => formwork_models::registry::formwork_home()
-            .join("llamacpp/llama_cpp_python-0.3.36/vendor/llama.cpp/models"),
-    };
-    let f = dir.join("ggml-vocab-qwen2.gguf");
-    if f.is_file() {
-        Some(f)
-    } else {
-        common::skip::skipped(format_args!(
-            "SKIPPED: llama.cpp's qwen2 vocabulary is absent ({}); run scripts/llamacpp-vocab",
-            f.display()
-        ));
-        None
-    }
-}
-
 fn python() -> Option<PathBuf> {
     let py = match std::env::var_os("FORMWORK_TEST_PYTHON") {
         Some(p) => PathBuf::from(p),
@@ -53,27 +35,14 @@ fn python() -> Option<PathBuf> {
 
 #[test]
 fn a_thinking_model_gives_reasoning_content_and_a_parsed_answer() {
-    let Some(vocab) = vocab() else { return };
+    let Some(vocab) = common::qwen2_vocab() else {
+        return;
+    };
     let Some(py) = python() else { return };
     let dir = std::env::temp_dir().join(format!("formwork-think-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let model = dir.join("qwen3-think.gguf");
-    let st = Command::new(env!("CARGO_BIN_EXE_formwork"))
-        .args([
-            "models",
-            "synth",
-            "--family",
-            "qwen3-0.6b",
-            "--layers",
-            "1",
-            "--vocab",
-        ])
-        .arg(&vocab)
-        .arg("--out")
-        .arg(&model)
-        .status()
-        .expect("run formwork models synth");
-    assert!(st.success());
+    common::synth_qwen3(&vocab, &model);
     let s = Server::start("think", &[], &[("FORMWORK_MODEL", model.to_str().unwrap())]);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/serve/think_client.py");
     let out = Command::new(&py)

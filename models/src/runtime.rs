@@ -398,6 +398,28 @@ pub struct LoadedModel {
 }
 
 impl LoadedModel {
+    /// A model made elsewhere, on the CPU, with its tokenizer: `name` is what the
+    /// envelope reports, `context_length` the positions it may use. Tests wrap a model
+    /// that scripts its logits this way, to run the whole engine on it.
+    pub fn from_model(
+        model: Box<dyn LanguageModel>,
+        tokenizer: crate::tokenizer::GgufTokenizer,
+        name: &str,
+        context_length: usize,
+    ) -> LoadedModel {
+        LoadedModel {
+            model,
+            tokenizer: Arc::new(tokenizer),
+            arch: "scripted".into(),
+            name: name.into(),
+            path: PathBuf::new(),
+            device: Device::Cpu,
+            device_note: None,
+            context_length,
+            kv: KvType::default(),
+        }
+    }
+
     /// Another handle on the same model: the weights are shared (through
     /// [`LanguageModel::snapshot`]), the KV cache is the snapshot's (the CPU file's shares
     /// its blocks until one is written) and the tokenizer a copy. One per

@@ -724,3 +724,52 @@ pub fn write_family(
         bytes,
     })
 }
+
+/// A vocab-only GGUF (no tensors) of a byte-level vocabulary small enough to write ids
+/// by hand: the 256 bytes (id `b` is byte `b`, spelled as GPT-2's byte-level BPE spells
+/// it, with no merges, so every byte stays its own token), then `words` (id `256 + i`),
+/// each a control token (`true`) or a user-defined one (`false`), matched whole;
+/// `eos` names the word that ends a turn. `GgufTokenizer::from_file` reads it like any
+/// other vocabulary, chat template included: tests script a model's logits over it
+/// (`tests/extract_think.rs`).
+pub fn write_byte_vocab(
+    out: &Path,
+    words: &[(&str, bool)],
+    eos: &str,
+    chat_template: Option<&str>,
+) -> Result<()> {
+    use gguf_file::Value as V;
+    let mut tokens: Vec<V> = (0..=255u8)
+        .map(|b| V::String(crate::tokenizer::byte_level_char(b).to_string()))
+        .collect();
+    // llama.cpp's token types: 1 normal, 3 control, 4 user-defined.
+    let mut types: Vec<V> = vec![V::I32(1); 256];
+    for (w, control) in words {
+        tokens.push(V::String(w.to_string()));
+        types.push(V::I32(if *control { 3 } else { 4 }));
+    }
+    let eos_id = words.iter().position(|(w, _)| *w == eos).ok_or_else(|| {
+        file_err(
+            out,
+            format!("the end-of-turn word {eos:?} is not one of the words"),
+        )
+    })?;
+    let mut metadata: Vec<(&str, V)> = vec![
+        ("general.architecture", V::String("llama".into())),
+        ("tokenizer.ggml.model", V::String("gpt2".into())),
+        ("tokenizer.ggml.pre", V::String("gpt-2".into())),
+        ("tokenizer.ggml.tokens", V::Array(tokens)),
+        ("tokenizer.ggml.token_type", V::Array(types)),
+        ("tokenizer.ggml.merges", V::Array(Vec::new())),
+        ("tokenizer.ggml.eos_token_id", V::U32(256 + eos_id as u32)),
+        ("tokenizer.ggml.add_bos_token", V::Bool(false)),
+    ];
+    if let Some(t) = chat_template {
+        metadata.push(("tokenizer.chat_template", V::String(t.to_string())));
+    }
+    let meta_refs: Vec<(&str, &V)> = metadata.iter().map(|(k, v)| (*k, v)).collect();
+    let file = File::create(out).map_err(|e| file_err(out, format!("cannot create: {e}")))?;
+    let mut w = BufWriter::new(file);
+    gguf_file::write(&mut w, &meta_refs, &[])?;
+    w.flush().map_err(|e| file_err(out, e.to_string()))
+}

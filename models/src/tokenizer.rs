@@ -276,23 +276,20 @@ impl<'a> Meta<'a> {
 /// GPT-2's byte-to-character table: printable bytes stand for themselves, the others are
 /// shifted to U+0100 and up. Returns the inverse, character -> byte.
 fn byte_level_inverse() -> HashMap<char, u8> {
-    let mut inverse = HashMap::with_capacity(256);
-    let mut n = 0u32;
-    for b in 0u32..=255 {
-        let printable =
-            (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
-        let c = if printable {
-            b
-        } else {
-            n += 1;
-            255 + n
-        };
-        inverse.insert(
-            char::from_u32(c).expect("table stays below U+0200"),
-            b as u8,
-        );
+    (0..=255u8).map(|b| (byte_level_char(b), b)).collect()
+}
+
+/// How GPT-2's byte-level BPE spells byte `b` in a token's text: printable bytes as
+/// themselves, the others as the code points from U+0100 on, in byte order.
+pub fn byte_level_char(b: u8) -> char {
+    let printable =
+        |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+    let b = b as u32;
+    if printable(b) {
+        return char::from_u32(b).expect("a byte is a code point");
     }
-    inverse
+    let n = (0..=b).filter(|&x| !printable(x)).count() as u32;
+    char::from_u32(255 + n).expect("table stays below U+0200")
 }
 
 /// Parses a SentencePiece byte token `<0xNN>`.

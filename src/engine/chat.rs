@@ -25,6 +25,7 @@ use super::decode::{
     decode_free, Codec, DecodeOptions, DecodeOutput, Redirect, Stop, Until, Watch,
 };
 use super::repeats::Repeats;
+use super::think::{PromptError, ThinkTokens};
 use super::{Engine, VerdictKind};
 use crate::sampling::{Sampler, Sampling};
 use crate::validate::{LineError, Validator, Verdict};
@@ -162,15 +163,6 @@ pub enum ChatError {
     Think(String),
 }
 
-/// A thinking turn's plan, in tokens.
-struct ThinkTokens {
-    open: Vec<u32>,
-    close: Vec<u32>,
-    close_text: Vec<u8>,
-    after: Vec<u32>,
-    budget: usize,
-}
-
 impl Engine {
     /// Answer a conversation under `constraint`.
     ///
@@ -206,7 +198,13 @@ impl Engine {
             opts.schema_hint.as_ref(),
             matches!(constraint, Constraint::Tools(_)),
         );
-        let (ids, think) = self.think_prompt(&messages, opts.think)?;
+        let turn = self
+            .think_prompt(&messages, opts.think)
+            .map_err(|e| match e {
+                PromptError::Prompt(m) => ChatError::Prompt(m),
+                PromptError::NoMarkers(m) => ChatError::Think(m),
+            })?;
+        let (ids, think) = (turn.ids, turn.think);
         let min = match constraint {
             Constraint::Schema { grammar, .. } => {
                 Matcher::new(grammar.clone(), self.trie.clone()).min_completion_tokens()
@@ -217,9 +215,7 @@ impl Engine {
             Constraint::Text => 0,
         };
         let context = self.loaded.context_length;
-        let markers = think
-            .as_ref()
-            .map_or(0, |t| t.open.len() + t.close.len() + t.after.len());
+        let markers = think.as_ref().map_or(0, ThinkTokens::markers);
         if ids.len() + min.max(1) + markers > context {
             return Err(ChatError::ContextLength {
                 prompt: ids.len(),
@@ -300,26 +296,14 @@ impl Engine {
             // with the budget it left.
             let (logits, pos, dopts) = match &think {
                 Some(t) => {
-                    let tok: &GgufTokenizer = &self.loaded.tokenizer;
-                    let is_special = |id: u32| tok.is_special(id);
-                    let plan = super::decode::ThinkPlan {
-                        open: &t.open,
-                        close: &t.close,
-                        close_text: &t.close_text,
-                        after: &t.after,
-                        budget: t.budget,
-                        is_special: &is_special,
-                        watch: opts.think_watch.clone(),
-                    };
-                    let th = super::decode::think(
-                        self.loaded.model.as_mut(),
-                        tok,
+                    let th = self.think_first(
+                        t,
                         &mut sampler,
                         logits,
                         ids.len(),
                         &dopts,
-                        &plan,
                         min.max(1),
+                        opts.think_watch.clone(),
                     )?;
                     let stopped = th.stopped().then_some(th.out.stop);
                     let (l, p, used) = (th.logits.clone(), th.pos, th.out.tokens.len());
@@ -421,66 +405,6 @@ impl Engine {
         }
         answer.ms = started.elapsed().as_millis() as u64;
         Ok(answer)
-    }
-
-    /// The prompt of a turn, and how it thinks: `think` as in [`ChatOptions::think`].
-    /// The template is rendered with `enable_thinking` set; a budget of 0 with a
-    /// template that wrote no closed block gets the empty block appended (the model
-    /// answers at once), and a budget above 0 gets the open marker fed unless the
-    /// prompt already opened it.
-    fn think_prompt(
-        &self,
-        messages: &[ChatMessage],
-        think: Option<usize>,
-    ) -> Result<(Vec<u32>, Option<ThinkTokens>), ChatError> {
-        let prompt_err = |e: anyhow::Error| ChatError::Prompt(format!("{e:#}"));
-        let Some(budget) = think else {
-            return Ok((self.prompt_tokens(messages).map_err(prompt_err)?, None));
-        };
-        let tok: &GgufTokenizer = &self.loaded.tokenizer;
-        let Some(m) = super::think::ThinkMarkers::find(tok.chat_template(), tok.token_bytes())
-        else {
-            if budget == 0 {
-                // No thought asked of a model that cannot think: the turn as it is.
-                return Ok((self.prompt_tokens(messages).map_err(prompt_err)?, None));
-            }
-            return Err(ChatError::Think(format!(
-                "thinking was asked (a budget of {budget} tokens) but this model has no think markers in its chat template or vocabulary"
-            )));
-        };
-        let on = budget > 0;
-        let mut ids = self
-            .prompt_tokens_thinking(messages, Some(on))
-            .map_err(prompt_err)?;
-        let text = super::prompt::render_thinking(tok, messages, Some(on))
-            .map_err(|e| ChatError::Prompt(e.to_string()))?
-            .text;
-        let enc = |s: &str| {
-            tok.encode(s)
-                .map_err(|e| ChatError::Prompt(format!("the think marker {s:?}: {e}")))
-        };
-        let block = m.block(&text);
-        use super::think::Block;
-        if block == Block::Closed || (block == Block::Absent && !on) {
-            if block == Block::Absent {
-                ids.extend(enc(&format!("{}\n\n{}\n\n", m.open, m.close))?);
-            }
-            return Ok((ids, None));
-        }
-        let open = match block {
-            Block::Open => Vec::new(),
-            _ => enc(&format!("{}\n", m.open))?,
-        };
-        Ok((
-            ids,
-            Some(ThinkTokens {
-                open,
-                close: enc(&m.close)?,
-                close_text: m.close.clone().into_bytes(),
-                after: enc("\n\n")?,
-                budget,
-            }),
-        ))
     }
 
     /// The tool turns' [`Redirect`]: tokens that begin like a call (`{`, `[`, `<`, a

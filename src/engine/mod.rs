@@ -171,6 +171,16 @@ pub struct ExtractOptions {
     pub prompt: prompt::PromptStyle,
     /// Worked examples, rendered as prior user/assistant turns before the document.
     pub examples: Vec<prompt::Example>,
+    /// Think first, at most this many thought tokens, then answer
+    /// ([`decode::think`]); the thought's budget comes on top of `max_tokens`, which
+    /// stays the answer's. `Some(0)` answers without thought (the template rendered
+    /// with `enable_thinking: false`). `None` (the default): the model is not asked to
+    /// think, and its template is rendered as it is. A budget above 0 on a model
+    /// without think markers ([`think::ThinkMarkers`]) is a `verdict: error`. The
+    /// answer alone is validated and scored: a JSON value inside the thought is never
+    /// taken for it. In free mode every attempt thinks again (the template drops
+    /// earlier thoughts from the history).
+    pub think: Option<usize>,
 }
 
 impl Default for ExtractOptions {
@@ -192,6 +202,7 @@ impl Default for ExtractOptions {
             review_below: DEFAULT_REVIEW_BELOW,
             prompt: prompt::PromptStyle::default(),
             examples: Vec::new(),
+            think: None,
         }
     }
 }
@@ -249,7 +260,21 @@ pub struct Extraction {
     pub review_reasons: Vec<String>,
     /// True when the budget steering shortened the output to stay valid.
     pub cut_short: bool,
-    /// The raw text the model produced on the last attempt.
+    /// With [`ExtractOptions::think`]: the last attempt's thought, the think block's
+    /// text without its markers. `text` is the answer after it, and `value` and
+    /// `confidence` are read from the answer alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+    /// Tokens of the think blocks, markers included, over all attempts (counted in
+    /// `tokens_generated`, the thought's sampled tokens, and `tokens_forced`, the
+    /// markers the engine fed, too).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub tokens_reasoning: usize,
+    /// The engine closed the last attempt's think block because its budget ran out.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub reasoning_cut: bool,
+    /// The raw text the model produced on the last attempt (the answer, after any
+    /// thought).
     pub text: String,
     #[serde(skip)]
     pub mask_ns: Vec<u64>,
@@ -272,6 +297,14 @@ pub struct Extraction {
     pub probs: confidence::Probs,
     #[serde(skip)]
     pub value_at: usize,
+}
+
+/// Where an answer starts after its thought: the logits, the position, and the
+/// answer's decoding options.
+type AnswerStart = (Vec<f32>, usize, DecodeOptions);
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 use prefix::{Cached as PrefixCache, PrefixStore};
@@ -384,6 +417,9 @@ impl Engine {
             needs_review: false,
             review_reasons: Vec::new(),
             cut_short: false,
+            reasoning: None,
+            tokens_reasoning: 0,
+            reasoning_cut: false,
             text: String::new(),
             mask_ns: Vec::new(),
             decode_ms: 0.0,
@@ -445,11 +481,15 @@ impl Engine {
         system: &str,
         examples: &[prompt::Example],
         ids: &[u32],
+        thinking: Option<bool>,
     ) -> anyhow::Result<Vec<usize>> {
         let lcp = |examples: &[prompt::Example]| -> anyhow::Result<usize> {
             let mut k = ids.len();
             for dummy in ["A", "Z z"] {
-                let other = self.prompt_tokens(&prompt::conversation(system, examples, dummy))?;
+                let other = self.prompt_tokens_thinking(
+                    &prompt::conversation(system, examples, dummy),
+                    thinking,
+                )?;
                 k = k.min(ids.iter().zip(&other).take_while(|(a, b)| a == b).count());
             }
             Ok(k)
@@ -506,16 +546,69 @@ impl Engine {
     }
 
     /// Prefills the first attempt's prompt `ids` (made with `system` and the
-    /// examples of `opts`), snapshotting the prefixes the schema's other documents
-    /// share.
+    /// examples of `opts`, the template rendered with `thinking`), snapshotting the
+    /// prefixes the schema's other documents share.
     fn prefill_prompt(
         &mut self,
         system: &str,
         opts: &ExtractOptions,
         ids: &[u32],
+        thinking: Option<bool>,
     ) -> anyhow::Result<Vec<f32>> {
-        let cuts = self.shared_prefix_cuts(system, &opts.examples, ids)?;
+        let cuts = self.shared_prefix_cuts(system, &opts.examples, ids, thinking)?;
         self.prefill(ids, &cuts)
+    }
+
+    /// An attempt's prompt, thinking as `opts.think` asks ([`Engine::think_prompt`]).
+    fn extraction_prompt(
+        &self,
+        messages: &[formwork_models::chat::ChatMessage],
+        opts: &ExtractOptions,
+    ) -> anyhow::Result<think::TurnPrompt> {
+        Ok(self.think_prompt(messages, opts.think)?)
+    }
+
+    /// The thought of one attempt, from the prompt's `logits` at `pos`, recorded in
+    /// `ex`. The turn's budget is the answer's (`dopts.max_tokens`) plus the thought's
+    /// and its markers, within the context. Gives where the answer starts, with
+    /// `max_tokens` what the thought left (the answer's own budget at least, when the
+    /// context holds it); or, when the run stopped inside the thought (the time limit),
+    /// the empty answer with that stop.
+    #[allow(clippy::too_many_arguments)]
+    fn extraction_thought(
+        &mut self,
+        t: &think::ThinkTokens,
+        sampler: &mut Sampler,
+        logits: Vec<f32>,
+        pos: usize,
+        dopts: &DecodeOptions,
+        min_answer: usize,
+        ex: &mut Extraction,
+    ) -> anyhow::Result<Result<AnswerStart, DecodeOutput>> {
+        let turn = (dopts.max_tokens + t.budget + t.markers())
+            .min(self.loaded.context_length.saturating_sub(pos));
+        let topts = DecodeOptions {
+            max_tokens: turn,
+            ..dopts.clone()
+        };
+        let th = self.think_first(t, sampler, logits, pos, &topts, min_answer.max(1), None)?;
+        ex.tokens_generated += th.out.stats.tokens_generated;
+        ex.tokens_forced += th.out.stats.tokens_forced;
+        ex.forward_passes += th.out.stats.forward_passes;
+        ex.decode_ms += th.out.stats.decode_time.as_secs_f64() * 1000.0;
+        ex.tokens_reasoning += th.out.tokens.len();
+        ex.reasoning = Some(th.text.clone());
+        ex.reasoning_cut = th.forced_close;
+        if th.stopped() {
+            let mut out = DecodeOutput::empty();
+            out.stop = th.out.stop;
+            return Ok(Err(out));
+        }
+        let answer = DecodeOptions {
+            max_tokens: turn.saturating_sub(th.out.tokens.len()),
+            ..dopts.clone()
+        };
+        Ok(Ok((th.logits, th.pos, answer)))
     }
 
     fn decode_options(&self, opts: &ExtractOptions, started: Instant) -> DecodeOptions {
@@ -564,16 +657,39 @@ impl Engine {
         let started = Instant::now();
         let grammar = schema.grammar_for(document)?;
         let (system, messages) = conversation(schema, document, opts);
-        let ids = self.prompt_tokens(&messages)?;
+        let turn = self.extraction_prompt(&messages, opts)?;
+        let ids = &turn.ids;
         ex.tokens_prompt = ids.len();
         ex.attempts = 1;
-        let logits = self.prefill_prompt(&system, opts, &ids)?;
+        let logits = self.prefill_prompt(&system, opts, ids, turn.thinking)?;
         let mut sampler = Sampler::new(opts.sampling.clone(), opts.seed);
         let mut dopts = self.decode_options(opts, started);
         dopts.grounding =
             ground::Grounding::new(&schema.value, opts.grounded, document).map(Arc::new);
-        let (out, complete) =
-            self.decode_under(grammar, &mut sampler, logits, ids.len(), &dopts)?;
+        // A thinking model: the thought first, then the answer under the grammar from
+        // where the block ends.
+        let (logits, pos, dopts) = match &turn.think {
+            None => (logits, ids.len(), dopts),
+            Some(t) => {
+                let min = Matcher::new(grammar.clone(), self.trie.clone()).min_completion_tokens();
+                match self.extraction_thought(
+                    t,
+                    &mut sampler,
+                    logits,
+                    ids.len(),
+                    &dopts,
+                    min,
+                    ex,
+                )? {
+                    Ok(at) => at,
+                    Err(stopped) => {
+                        self.finish_attempt(schema, ex, &stopped, false, false);
+                        return Ok(());
+                    }
+                }
+            }
+        };
+        let (out, complete) = self.decode_under(grammar, &mut sampler, logits, pos, &dopts)?;
         self.finish_attempt(schema, ex, &out, complete, false);
         Ok(())
     }
@@ -592,7 +708,8 @@ impl Engine {
         // is that prompt plus the answer and the error message, so only those are fed.
         let mut previous: Option<PrefixCache> = None;
         for attempt in 1..=opts.retries + 1 {
-            let ids = self.prompt_tokens(&messages)?;
+            let turn = self.extraction_prompt(&messages, opts)?;
+            let ids = turn.ids;
             ex.tokens_prompt += ids.len();
             ex.attempts = attempt;
             let logits = match previous.take() {
@@ -606,7 +723,7 @@ impl Engine {
                     self.prefix_tokens_reused += n;
                     self.loaded.model.forward(&ids[n..], n)?
                 }
-                _ => self.prefill_prompt(&system, opts, &ids)?,
+                _ => self.prefill_prompt(&system, opts, &ids, turn.thinking)?,
             };
             if self.reuse_prefix && attempt <= opts.retries {
                 previous = Some(PrefixCache {
@@ -615,15 +732,26 @@ impl Engine {
                 });
             }
             let dopts = self.decode_options(opts, started);
-            let out = decode_free(
-                self.loaded.model.as_mut(),
-                &*self.loaded.tokenizer,
-                &mut sampler,
-                logits,
-                ids.len(),
-                &dopts,
-                decode::Until::FirstValue,
-            )?;
+            // A thinking model thinks again on every attempt; the answer after the
+            // block is decoded free, and only it is read for the value.
+            let thought = match &turn.think {
+                None => Ok((logits, ids.len(), dopts)),
+                Some(t) => {
+                    self.extraction_thought(t, &mut sampler, logits, ids.len(), &dopts, 1, ex)?
+                }
+            };
+            let out = match thought {
+                Ok((logits, pos, dopts)) => decode_free(
+                    self.loaded.model.as_mut(),
+                    &*self.loaded.tokenizer,
+                    &mut sampler,
+                    logits,
+                    pos,
+                    &dopts,
+                    decode::Until::FirstValue,
+                )?,
+                Err(stopped) => stopped,
+            };
             let timed_out = out.stop == Stop::Timeout;
             self.finish_attempt(schema, ex, &out, true, true);
             if ex.verdict == VerdictKind::Valid {

@@ -51,7 +51,7 @@ pub fn effort_budget(effort: &str) -> Option<usize> {
     Some(match effort {
         "none" | "minimal" => 0,
         "low" => 256,
-        "medium" => 1024,
+        "medium" => crate::engine::think::DEFAULT_BUDGET,
         "high" => 4096,
         _ => return None,
     })

@@ -45,3 +45,39 @@ pub fn home_with_qwen() -> Option<PathBuf> {
         None
     }
 }
+
+/// llama.cpp's vocab-only qwen2 GGUF (`$FORMWORK_LLAMACPP_VOCAB`, else where
+/// scripts/llamacpp-vocab puts it); otherwise prints SKIPPED and returns None.
+#[allow(dead_code)]
+pub fn qwen2_vocab() -> Option<PathBuf> {
+    let dir = match std::env::var_os("FORMWORK_LLAMACPP_VOCAB") {
+        Some(d) => PathBuf::from(d),
+        None => formwork_models::registry::formwork_home()
+            .join("llamacpp/llama_cpp_python-0.3.36/vendor/llama.cpp/models"),
+    };
+    let f = dir.join("ggml-vocab-qwen2.gguf");
+    if f.is_file() {
+        Some(f)
+    } else {
+        skip::skipped(format_args!(
+            "SKIPPED: llama.cpp's qwen2 vocabulary is absent ({}); run scripts/llamacpp-vocab",
+            f.display()
+        ));
+        None
+    }
+}
+
+/// Writes a Qwen3-shaped thinking model to `out`: one layer of random weights, `vocab`'s
+/// tokenizer and Qwen3's chat template with its think block (`formwork models synth`).
+#[allow(dead_code)]
+pub fn synth_qwen3(vocab: &std::path::Path, out: &std::path::Path) {
+    let st = std::process::Command::new(env!("CARGO_BIN_EXE_formwork"))
+        .args(["models", "synth", "--family", "qwen3-0.6b", "--layers", "1"])
+        .arg("--vocab")
+        .arg(vocab)
+        .arg("--out")
+        .arg(out)
+        .status()
+        .expect("run formwork models synth");
+    assert!(st.success());
+}
