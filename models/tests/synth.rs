@@ -70,3 +70,44 @@ fn synth_from_a_header_has_the_shapes_and_runs() {
     assert!(common::max_abs_diff(&x, &y) > 1e-3);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The 7-8B families written for the decode runs of docs/speed.md load into formwork's
+/// CPU file, one layer deep, with Llama 3.1's RoPE factors and Qwen2's q, k and v biases
+/// in the file, and the logits are finite and depend on the input. With a 32k
+/// vocabulary, so the file stays small.
+#[test]
+fn llama_3_1_8b_and_qwen2_5_7b_shapes_load_and_run() {
+    use formwork_models::synth::{family, write_family, QType};
+    let Some(vocab_dir) = common::llamacpp_vocab_dir() else {
+        return;
+    };
+    let vocab = vocab_dir.join("ggml-vocab-llama-spm.gguf");
+    let dir = std::env::temp_dir().join(format!("formwork-synth-fam-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, arch, extra) in [
+        ("llama-3.1-8b", "llama", "rope_freqs.weight"),
+        ("qwen2.5-7b", "qwen2", "blk.0.attn_q.bias"),
+    ] {
+        let fam = family(name).unwrap_or_else(|| panic!("{name} is not a family"));
+        assert_eq!(fam.arch, arch);
+        let out = dir.join(format!("{name}.gguf"));
+        write_family(fam, &vocab, Some(1), QType::Q8_0, &out, 1).unwrap();
+        let ct = gguf_file::Content::read(&mut File::open(&out).unwrap()).unwrap();
+        assert!(ct.tensor_infos.contains_key(extra), "{name}: no {extra}");
+        let mut m = load_file(
+            &out,
+            name,
+            LoadOptions {
+                device: DeviceChoice::Cpu,
+                ..LoadOptions::default()
+            },
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let a = m.model.forward(&[1, 450, 3001], 0).unwrap();
+        m.model.clear_kv_cache();
+        let b = m.model.forward(&[1, 450, 3002], 0).unwrap();
+        assert!(a.iter().all(|v| v.is_finite()), "{name}");
+        assert!(a != b, "{name}: the logits do not depend on the input");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
