@@ -27,6 +27,11 @@ const BUSY: u64 = (1 << 16) - 1;
 const OPEN: u64 = 1 << 16;
 const EPOCH: u64 = 1 << 17;
 
+/// `state` holds an open step that a helper which last joined step `seen` has not joined.
+fn new_step(state: u64, seen: u64) -> bool {
+    state & OPEN != 0 && state / EPOCH != seen
+}
+
 /// A step: its parts `0..count`, handed out in order.
 struct Job {
     f: *const (dyn Fn(usize) + Sync),
@@ -40,7 +45,7 @@ struct Shared {
     /// read by a helper only after it joined an open step.
     job: UnsafeCell<Job>,
     parked: AtomicUsize,
-    sleep: Mutex<bool>,
+    sleep: Mutex<()>,
     wake: Condvar,
 }
 
@@ -61,6 +66,7 @@ impl Workers {
     /// A pool of `threads` (the caller counts as one): `threads - 1` helpers named
     /// `formwork-cpu-{i}`.
     pub fn new(threads: usize) -> std::io::Result<Workers> {
+        let threads = threads.max(1);
         fn noop(_: usize) {}
         let noop: &'static (dyn Fn(usize) + Sync) = &noop;
         let shared = Arc::new(Shared {
@@ -68,10 +74,10 @@ impl Workers {
             next: AtomicUsize::new(0),
             job: UnsafeCell::new(Job { f: noop, count: 0 }),
             parked: AtomicUsize::new(0),
-            sleep: Mutex::new(false),
+            sleep: Mutex::new(()),
             wake: Condvar::new(),
         });
-        for i in 1..threads.max(1) {
+        for i in 1..threads {
             let s = shared.clone();
             std::thread::Builder::new()
                 .name(format!("formwork-cpu-{i}"))
@@ -80,7 +86,7 @@ impl Workers {
         Ok(Workers {
             shared,
             caller: Mutex::new(()),
-            threads: threads.max(1),
+            threads,
         })
     }
 
@@ -92,10 +98,13 @@ impl Workers {
     /// `f(i)` for every `i` in `0..count`, over the caller and the helpers; returns when
     /// all are done. The parts must not depend on each other's order.
     pub fn for_each(&self, count: usize, f: &(dyn Fn(usize) + Sync)) {
+        if self.threads == 1 || count <= 1 {
+            return (0..count).for_each(f);
+        }
         let _held = match self.caller.try_lock() {
-            Ok(g) if self.threads > 1 && count > 1 => g,
-            Err(TryLockError::Poisoned(p)) if self.threads > 1 && count > 1 => p.into_inner(),
-            _ => return (0..count).for_each(f),
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return (0..count).for_each(f),
         };
         let s = &*self.shared;
         // SAFETY: closed with no helper inside (the last step waited for them), so no
@@ -155,18 +164,18 @@ fn helper(s: &Shared) {
         let mut spins = 0u32;
         loop {
             let st = s.state.load(SeqCst);
-            if st & OPEN != 0 && st >> 17 != seen {
+            if new_step(st, seen) {
                 if s.state
                     .compare_exchange_weak(st, st + 1, SeqCst, Relaxed)
                     .is_ok()
                 {
-                    seen = st >> 17;
+                    seen = st / EPOCH;
                     break;
                 }
                 continue;
             }
             spins += 1;
-            if spins % 256 != 0 {
+            if !spins.is_multiple_of(256) {
                 std::hint::spin_loop();
                 continue;
             }
@@ -176,11 +185,7 @@ fn helper(s: &Shared) {
             // Park until the next step opens.
             let mut g = s.sleep.lock().unwrap_or_else(|p| p.into_inner());
             s.parked.fetch_add(1, SeqCst);
-            loop {
-                let st = s.state.load(SeqCst);
-                if st & OPEN != 0 && st >> 17 != seen {
-                    break;
-                }
+            while !new_step(s.state.load(SeqCst), seen) {
                 g = s.wake.wait(g).unwrap_or_else(|p| p.into_inner());
             }
             s.parked.fetch_sub(1, SeqCst);
