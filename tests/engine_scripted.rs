@@ -1497,3 +1497,88 @@ fn a_call_the_model_starts_its_own_way_becomes_a_real_one() {
         call
     );
 }
+
+/// A tool turn `get(city)` (`city` nullable when `nullable`) where the model writes
+/// the city "X", then, as second choices, "Paris" a byte at a time; the conversation
+/// says "weather in Paris". `grounded`: with every free-text argument grounded.
+fn grounded_call(grounded: bool, nullable: bool) -> (String, DecodeOutput) {
+    use formwork::engine::ground::ArgGrounding;
+    use formwork_grammar::tools::{FinalAnswer, ToolSpec, ToolTurn};
+    let codec = ByteCodec::new();
+    let city = if nullable {
+        json!({"type": ["string", "null"]})
+    } else {
+        json!({"type": "string"})
+    };
+    let params = json!({"type": "object", "properties": {"city": city},
+                        "required": ["city"], "additionalProperties": false});
+    let tool = ToolSpec {
+        name: "get".into(),
+        parameters: compile(&params, &Config::default()).unwrap(),
+    };
+    let turn = ToolTurn::new(vec![tool], FinalAnswer::Text, 1, 1).unwrap();
+    let mut matcher = Matcher::new(Grammar::new(Arc::new(turn)), codec.trie());
+    let mut model = ScriptedModel::new(move |h| {
+        let out: Vec<u8> = h[PROMPT.len()..].iter().map(|&t| t as u8).collect();
+        let next = |b: u8| prefer(&[b as u32]);
+        if out.ends_with(b"\"city\":") {
+            prefer(&[b'"' as u32, b'n' as u32])
+        } else if out.ends_with(b"\"city\":\"") {
+            prefer(&[b'X' as u32, b'P' as u32])
+        } else if out.ends_with(b"\"X") {
+            next(b'"')
+        } else if let Some(p) = ["P", "Pa", "Par", "Pari"]
+            .iter()
+            .position(|p| out.ends_with(format!("\"{p}").as_bytes()))
+        {
+            next(b"aris"[p])
+        } else if out.ends_with(b"Paris") {
+            next(b'"')
+        } else {
+            prefer(&[EOS, b'}' as u32])
+        }
+    });
+    let prompt: Vec<u32> = PROMPT.iter().map(|&b| b as u32).collect();
+    let logits = model.forward(&prompt, 0).unwrap();
+    let mut boxed: Box<dyn LanguageModel> = Box::new(model.clone());
+    let opts = DecodeOptions {
+        max_tokens: 200,
+        arg_grounding: ArgGrounding::new([("get", &params)], None, grounded, "weather in Paris")
+            .map(Arc::new),
+        ..Default::default()
+    };
+    let mut sampler = Sampler::new(Sampling::Greedy, 0);
+    let out = decode_masked(
+        &mut boxed,
+        &codec,
+        &mut matcher,
+        &mut sampler,
+        logits,
+        prompt.len(),
+        &opts,
+    )
+    .unwrap();
+    assert!(matcher.is_accepting());
+    (String::from_utf8(out.bytes.clone()).unwrap(), out)
+}
+
+#[test]
+fn a_grounded_argument_the_conversation_does_not_state_is_written_again_as_a_quotation() {
+    let call = |city: &str| {
+        format!(
+            "<tool_call>\n{{\"name\": \"get\", \"arguments\": {{\"city\":{city}}}}}\n</tool_call>"
+        )
+    };
+    let (text, out) = grounded_call(false, false);
+    assert_eq!(text, call("\"X\""));
+    assert_eq!(out.stats.args_quoted, 0);
+    // Grounded: "X" is not in the conversation; the string is written again from its
+    // first byte, each byte the best that keeps it a piece of the conversation.
+    let (text, out) = grounded_call(true, false);
+    assert_eq!(text, call("\"Paris\""));
+    assert_eq!((out.stats.args_quoted, out.stats.args_kept), (1, 0));
+    // A nullable argument becomes null instead.
+    let (text, out) = grounded_call(true, true);
+    assert_eq!(text, call("null"));
+    assert_eq!(out.stats.grounded_nulls, 1);
+}

@@ -736,3 +736,72 @@ fn python() -> Option<std::path::PathBuf> {
     );
     Some(py)
 }
+
+#[test]
+fn grounded_arguments_are_quoted_from_the_conversation_streamed_and_not() {
+    if common::home_with_smollm2().is_none() {
+        return;
+    }
+    let s = Server::start("tools-grounded", &["--parallel", "1"], &[]);
+    let said = "what is the weather in paris, and the time in tokyo?";
+    let cities = |calls: &[(String, String)]| -> Vec<String> {
+        calls
+            .iter()
+            .filter(|(n, _)| n == "get_weather")
+            .map(|(_, a)| {
+                let v: Value = serde_json::from_str(a).unwrap();
+                v["city"].as_str().unwrap().to_string()
+            })
+            .collect()
+    };
+    let whole_calls = |v: &Value| -> Vec<(String, String)> {
+        v["choices"][0]["message"]["tool_calls"]
+            .as_array()
+            .map(|cs| {
+                cs.iter()
+                    .map(|c| {
+                        (
+                            c["function"]["name"].as_str().unwrap().to_string(),
+                            c["function"]["arguments"].as_str().unwrap().to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let named = json!({"type": "function", "function": {"name": "get_weather"}});
+    let plain = s
+        .post(CC, &ask(json!({"tool_choice": named, "temperature": 0})))
+        .json();
+    let body = ask(json!({"tool_choice": named, "temperature": 0, "formwork_grounded": true}));
+    let whole = s.post(CC, &body).json();
+    let calls = whole_calls(&whole);
+    assert!(!calls.is_empty(), "{whole}");
+    check_calls(
+        &whole["choices"][0]["message"]["tool_calls"]
+            .as_array()
+            .unwrap()
+            .clone(),
+    );
+    for c in cities(&calls) {
+        assert!(
+            !c.is_empty() && said.contains(&c.to_lowercase()),
+            "{c:?} is not in the question"
+        );
+    }
+    eprintln!(
+        "grounded: {:?}; not grounded: {:?}",
+        cities(&calls),
+        cities(&whole_calls(&plain))
+    );
+    // Streamed: the same calls, a grounded string shown once it stands.
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let (_, got, _, _) = reassemble(&sse_json(&s.post(CC, &streamed)));
+    let got: Vec<(String, String)> = got.into_iter().map(|c| (c.1, c.2)).collect();
+    assert_eq!(got, calls);
+    // Not a boolean: a 400 naming the field.
+    let r = s.post(CC, &ask(json!({"formwork_grounded": "yes"})));
+    let e = assert_error(&r, 400, "invalid_type");
+    assert_eq!(e["param"], "formwork_grounded");
+}

@@ -546,7 +546,11 @@ def render(summary, categories, servers, meta):
     lines = ["# BFCL tool calling", "",
              "%s; model `%s`, tool_choice `%s`, parallel_tool_calls %s, max_tokens %d, temperature 0; %d cases." % (
                  meta["data"], meta["model"], meta["tool_choice"], str(meta.get("parallel_tool_calls", True)).lower(),
-                 meta["max_tokens"], meta["n_cases"]), "",
+                 meta["max_tokens"], meta["n_cases"]), ""]
+    if meta.get("extra") or meta.get("skipped_categories"):
+        lines += ["Extra request fields: `%s`; categories left out: %s." % (
+            json.dumps(meta.get("extra") or {}), ", ".join(meta.get("skipped_categories") or []) or "none"), ""]
+    lines += [
              "Error classes: grammar-removable = %s; others = %s. `grammar` = their sum; "
              "`leaked` = answers with a tool call written in the content text." % (
                  ", ".join(GRAMMAR_CLASSES), ", ".join(["http_error"] + OTHER_CLASSES)), ""]
@@ -576,6 +580,10 @@ def main():
     ap.add_argument("--parallel-tool-calls", type=lambda x: x.lower() in ("1", "true", "yes"), default=True,
                     help="sent to every server (default true, the OpenAI default; llama-server's own default is false)")
     ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--skip-category", action="append", default=[], metavar="CATEGORY",
+                    help="leave out a category (repeatable), e.g. the irrelevance sets with --tool-choice required")
+    ap.add_argument("--extra", default=None, metavar="JSON",
+                    help='fields added to every request body, e.g. \'{"formwork_grounded": true}\'')
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
     ap.add_argument("--out", default=None, help="directory for <server>.jsonl, summary.md, summary.json")
     ap.add_argument("--self-test", action="store_true", help="check the scorer against the data and exit")
@@ -595,7 +603,11 @@ def main():
         servers[name] = url.rstrip("/")
     names = list(servers)
 
+    cases = [c for c in cases if c["category"] not in args.skip_category]
     cases = sample(cases, args.per_category)
+    extra = json.loads(args.extra) if args.extra else {}
+    if not isinstance(extra, dict):
+        ap.error("--extra wants a JSON object")
     categories = list(dict.fromkeys(c["category"] for c in cases))
     stats = {s: {c: new_stats() for c in categories + ["all"]} for s in names}
     outs = {}
@@ -614,6 +626,7 @@ def main():
                 "tool_choice": tc, "max_tokens": args.max_tokens, "temperature": args.temperature,
                 # The spec's default, sent explicitly: llama-server defaults to false.
                 "parallel_tool_calls": args.parallel_tool_calls}
+        body.update(extra)
         marks = []
         for s in names:
             answer, raw, wall = ask(servers[s] + "/chat/completions", body, args.timeout)
@@ -634,6 +647,7 @@ def main():
     meta = {"data": data, "model": args.model, "tool_choice": args.tool_choice,
             "parallel_tool_calls": args.parallel_tool_calls, "max_tokens": args.max_tokens,
             "temperature": args.temperature, "per_category": args.per_category, "n_cases": len(cases),
+            "skipped_categories": args.skip_category, "extra": extra,
             "servers": servers, "wall_total_s": round(time.time() - t_start, 2)}
     md = render(summary, categories, names, meta)
     print(md)

@@ -248,7 +248,7 @@ pub fn serve_request_structured(data: &[u8]) {
         "\"huge\"",
         "{\"effort\":\"low\"}",
     ];
-    const KEYS: [&str; 21] = [
+    const KEYS: [&str; 22] = [
         "tool_choice",
         "parallel_tool_calls",
         "tool_calls",
@@ -269,6 +269,7 @@ pub fn serve_request_structured(data: &[u8]) {
         "max_tokens",
         "reasoning_effort",
         "formwork_think_budget",
+        "formwork_grounded",
         "reasoning",
     ];
     let mut bytes = data.iter().map(|&b| b as usize);

@@ -24,6 +24,7 @@ use serde_json::Value;
 use super::decode::{
     decode_free, Codec, DecodeOptions, DecodeOutput, Redirect, Stop, Until, Watch,
 };
+use super::ground::ArgGrounding;
 use super::repeats::Repeats;
 use super::think::{PromptError, ThinkTokens};
 use super::{Engine, VerdictKind};
@@ -72,6 +73,12 @@ pub struct ChatOptions {
     pub think: Option<usize>,
     /// Sees the thought text as it grows (a server streams it), and may cancel the run.
     pub think_watch: Option<Watch>,
+    /// Every free-text string of the tools' arguments and of the answer must be stated
+    /// in the conversation ([`super::ground::args`]); strings marked
+    /// `x-formwork-grounded` are judged either way.
+    pub grounded: bool,
+    /// The answer's schema under [`Constraint::Schema`] (for its grounded strings).
+    pub answer_schema: Option<Value>,
 }
 
 /// How a tool turn leans, in nats, where a call competes with answering (`open`,
@@ -104,6 +111,8 @@ impl Default for ChatOptions {
             call_bias: CallBias::default(),
             think: None,
             think_watch: None,
+            grounded: false,
+            answer_schema: None,
         }
     }
 }
@@ -252,14 +261,47 @@ impl Engine {
                     .map(|m| m.content.as_str()),
             ))
         });
+        let arg_grounding = {
+            let conversation = messages
+                .iter()
+                .filter(|m| m.role == "user" || m.role == "tool")
+                .map(|m| m.content.as_str())
+                .collect::<Vec<_>>()
+                .join("\n");
+            match constraint {
+                Constraint::Tools(t) => ArgGrounding::new(
+                    t.params.iter().map(|(n, s)| (n.as_str(), s)),
+                    t.answer_schema.as_ref(),
+                    opts.grounded,
+                    &conversation,
+                ),
+                Constraint::Schema { .. } => opts
+                    .answer_schema
+                    .as_ref()
+                    .and_then(|s| ArgGrounding::new([], Some(s), opts.grounded, &conversation)),
+                Constraint::Text => None,
+            }
+            .map(Arc::new)
+        };
         let dopts = DecodeOptions {
+            arg_grounding: arg_grounding.clone(),
             // The context bounds the budget too: a masked answer steered to fit it
             // still ends valid.
             max_tokens: opts.max_tokens.min(context - ids.len()),
             deadline: opts.timeout.map(|t| started + t),
-            watch: match &repeats {
-                Some(r) => Some(r.watch(opts.watch.clone())),
-                None => opts.watch.clone(),
+            watch: {
+                // A grounded string is shown once it stands ([`ArgGrounding::safe`]).
+                let inner = match (&arg_grounding, &opts.watch) {
+                    (Some(g), Some(w)) => {
+                        let (g, w) = (g.clone(), w.clone());
+                        Some(Watch(Arc::new(move |b: &[u8]| (w.0)(&b[..g.safe(b)]))))
+                    }
+                    _ => opts.watch.clone(),
+                };
+                match &repeats {
+                    Some(r) => Some(r.watch(inner)),
+                    None => inner,
+                }
             },
             redirect: matches!(constraint, Constraint::Tools(_)).then(|| {
                 let r = self.tool_redirect();

@@ -39,10 +39,12 @@ use crate::pointer::escape;
 use super::dates::{self, Day};
 use super::source::{resolve, type_names};
 
+pub mod args;
 mod items;
 mod rows;
 mod scan;
 
+pub use args::ArgGrounding;
 pub use scan::{scan, Item, NumberValue, Scan, StringValue};
 
 /// The schema keyword that marks one field grounded.

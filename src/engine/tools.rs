@@ -222,6 +222,10 @@ pub struct Toolbox {
     /// decoded under when its calls would only repeat calls already answered
     /// ([`super::repeats`]).
     pub answer_only: Option<Arc<Grammar>>,
+    /// Each tool's name and `parameters` (for its grounded strings).
+    pub params: Vec<(String, Value)>,
+    /// The final answer's schema (`response_format`), when calls are optional.
+    pub answer_schema: Option<Value>,
 }
 
 /// Why the tools of a request cannot be compiled.
@@ -304,6 +308,14 @@ pub fn compile_toolbox(
         ToolChoice::Only { required, .. } => *required,
         _ => false,
     };
+    let params = tools
+        .iter()
+        .map(|t| (t.name.clone(), t.parameters.clone()))
+        .collect();
+    let answer_schema = answer
+        .as_ref()
+        .filter(|_| !required)
+        .map(|(s, _)| (*s).clone());
     let (final_answer, answer_validator, answer_is_json) = match answer {
         Some((schema, v)) => (
             FinalAnswer::Json(compile(schema, &cfg).map_err(ToolsError::Answer)?),
@@ -327,6 +339,8 @@ pub fn compile_toolbox(
         grammar: Grammar::new(Arc::new(turn)),
         answer_only,
         validators,
+        params,
+        answer_schema,
         answer: if required { None } else { answer_validator },
         answer_is_json: answer_is_json && !required,
         max_calls,

@@ -224,6 +224,12 @@ pub(super) fn submit(
             call_bias: state.cfg.call_bias,
             think: a.req.think.or(state.cfg.think_budget),
             think_watch: None,
+            grounded: a.req.grounded,
+            answer_schema: a
+                .schema
+                .as_ref()
+                .filter(|_| matches!(a.req.format, Format::Schema { .. }))
+                .map(|c| c.value.clone()),
         },
         deadline: state.cfg.request_timeout.map(|t| a.received + t),
         cancel: cancel.clone(),

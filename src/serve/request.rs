@@ -43,6 +43,9 @@ pub struct ChatRequest {
     /// Think first, at most this many thought tokens (`formwork_think_budget`, or
     /// `reasoning_effort` mapped by [`effort_budget`]); None: the server's default.
     pub think: Option<usize>,
+    /// `formwork_grounded`: every free-text string of the tools' arguments and of the
+    /// answer must be stated in the conversation ([`crate::engine::ground::args`]).
+    pub grounded: bool,
 }
 
 /// The thought budget of a `reasoning_effort`: `none` and `minimal` 0 (no thought),
@@ -809,6 +812,7 @@ pub fn chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
     let think = think_budget(&m, opt(&m, "reasoning_effort"), "reasoning_effort")?;
     let (temperature, top_p, seed) = sampling(&m)?;
     let stream = opt_bool(&m, "stream", "stream")?.unwrap_or(false);
+    let grounded = opt_bool(&m, "formwork_grounded", "formwork_grounded")?.unwrap_or(false);
     let include_usage = match opt(&m, "stream_options") {
         None => false,
         Some(Value::Object(so)) => {
@@ -830,6 +834,7 @@ pub fn chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
         stream,
         include_usage,
         think,
+        grounded,
     })
 }
 
@@ -917,6 +922,7 @@ pub fn responses(body: &[u8]) -> Result<ChatRequest, ApiError> {
     let think = think_budget(&m, effort, "reasoning.effort")?;
     let (temperature, top_p, seed) = sampling(&m)?;
     let stream = opt_bool(&m, "stream", "stream")?.unwrap_or(false);
+    let grounded = opt_bool(&m, "formwork_grounded", "formwork_grounded")?.unwrap_or(false);
     Ok(ChatRequest {
         model,
         messages: msgs,
@@ -931,6 +937,7 @@ pub fn responses(body: &[u8]) -> Result<ChatRequest, ApiError> {
         stream,
         include_usage: false,
         think,
+        grounded,
     })
 }
 

@@ -12,6 +12,7 @@ use formwork_models::runtime::LanguageModel;
 use crate::sampling::Sampler;
 
 use super::feed::{commit_sampled, plan_feed};
+use super::ground_args::ArgGrounder;
 use super::grounder::Grounder;
 use super::lookahead::null_lookahead;
 use super::null::{crossing_candidates, pick_across_null, pick_null_or_value};
@@ -53,6 +54,7 @@ pub fn decode_masked(
     // With a null bias: the tokens that may carry a value's start inside them.
     let mut crossers: Option<Vec<u32>> = None;
     let mut grounder = Grounder::new(opts.grounding.as_deref());
+    let mut args = ArgGrounder::new(opts.arg_grounding.as_deref());
     loop {
         if Watch::stops(opts, &out.bytes) {
             out.stop = Stop::Cancelled;
@@ -69,6 +71,10 @@ pub fn decode_masked(
             if !toks.is_empty() {
                 out.push(codec, &toks, sampled, forced);
                 if let Some(l) = grounder.back(model, codec, matcher, &mut pos, &mut out)? {
+                    logits = l;
+                    continue;
+                }
+                if let Some(l) = args.back(model.as_mut(), codec, matcher, &mut pos, &mut out)? {
                     logits = l;
                     continue;
                 }
@@ -101,6 +107,7 @@ pub fn decode_masked(
         let left = opts.max_tokens - used;
         matcher.set_budget(left);
         grounder.checkpoint(model.as_ref(), matcher, pos, &out);
+        args.checkpoint(matcher, &logits, pos, &out);
 
         let refuse_null = matcher.null_competes() && grounder.refuses_null(&out);
         // 2. Null against a value, both scored before committing.
@@ -127,6 +134,10 @@ pub fn decode_masked(
                 let finished = w.finished;
                 out.append(w.out);
                 if let Some(l) = grounder.back(model, codec, matcher, &mut pos, &mut out)? {
+                    logits = l;
+                    continue;
+                }
+                if let Some(l) = args.back(model.as_mut(), codec, matcher, &mut pos, &mut out)? {
                     logits = l;
                     continue;
                 }
@@ -163,7 +174,14 @@ pub fn decode_masked(
                 redirected = call.then_some(r.to);
             }
         }
-        let picked = if let Some(to) = redirected {
+        let quoted = if args.quoting() {
+            args.pick_quoted(matcher, codec, &logits, &mut mask, &mut out)
+        } else {
+            None
+        };
+        let picked = if let Some(q) = quoted {
+            Some(q)
+        } else if let Some(to) = redirected {
             let p = if opts.confidence {
                 full_mask(matcher, &mut mask, &mut out.stats);
                 masked_p(&logits, &mask, to, temperature(sampler))
@@ -224,6 +242,10 @@ pub fn decode_masked(
         if matcher.is_finished() {
             out.push(codec, &[tok], true, false);
             if let Some(l) = grounder.back(model, codec, matcher, &mut pos, &mut out)? {
+                logits = l;
+                continue;
+            }
+            if let Some(l) = args.back(model.as_mut(), codec, matcher, &mut pos, &mut out)? {
                 logits = l;
                 continue;
             }

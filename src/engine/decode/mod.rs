@@ -34,6 +34,7 @@
 
 mod feed;
 mod free;
+mod ground_args;
 mod grounder;
 mod lookahead;
 mod masked;

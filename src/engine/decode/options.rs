@@ -97,6 +97,8 @@ pub struct DecodeOptions {
     /// judged as it is completed, and one the document does not state is taken back
     /// and written `null`.
     pub grounding: Option<std::sync::Arc<Grounding>>,
+    /// A tool turn's grounded arguments ([`crate::engine::ground::args`]).
+    pub arg_grounding: Option<std::sync::Arc<super::super::ground::ArgGrounding>>,
     /// Tool turns: where the model's own best token is refused and begins like a
     /// call, the call's opener is picked (see [`Redirect`]).
     pub redirect: Option<std::sync::Arc<Redirect>>,
@@ -120,6 +122,7 @@ impl Default for DecodeOptions {
             deadline: None,
             watch: None,
             grounding: None,
+            arg_grounding: None,
             redirect: None,
             confidence: false,
         }

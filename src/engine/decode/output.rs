@@ -58,6 +58,13 @@ pub struct DecodeStats {
     /// Grounded strings that failed but could not be taken back (no snapshot before
     /// them, or the grammar refused `null` there); they stay in the output.
     pub grounded_kept: usize,
+    /// Grounded tool arguments the conversation does not state, written again as a
+    /// quotation of it ([`crate::engine::ground::args`]; those written `null` count in
+    /// `grounded_nulls`).
+    pub args_quoted: usize,
+    /// Such arguments that stay as the model wrote them (no mark before them, the
+    /// model cannot truncate its cache, or no token keeps the string a quotation).
+    pub args_kept: usize,
 }
 
 /// One choice between `null` and a value at a nullable field.

@@ -54,6 +54,9 @@ pub struct Scan {
     /// Does the text end inside a string value that has not closed (not a key), or
     /// inside a number or literal (no delimiter after it yet)?
     pub open_value: bool,
+    /// When the text ends inside a string value that has not closed: its pattern and
+    /// the offset of its opening quote.
+    pub open_string: Option<(String, usize)>,
 }
 
 /// One complete object item of an array.
@@ -156,6 +159,9 @@ pub fn scan(bytes: &[u8]) -> Scan {
                 if j >= bytes.len() {
                     unterminated = true;
                     out.open_value = value_next;
+                    if value_next {
+                        out.open_string = Some((value_pattern(&stack), start));
+                    }
                     // An open key still lies before its value; an open value does not.
                     if let (false, Some(f @ Frame::Object { .. })) = (value_next, stack.last()) {
                         out.before_value_in = Some(f.pat().to_string());
@@ -301,6 +307,11 @@ mod tests {
         // Inside an open string value, a number or after a value: not before one.
         assert_eq!(scan(br#"{"a":"Ten"#).before_value_in, None);
         assert!(scan(br#"{"a":"Ten"#).open_value);
+        assert_eq!(
+            scan(br#"{"a":1,"b":["x","Te"#).open_string,
+            Some(("/b/*".to_string(), 16))
+        );
+        assert_eq!(scan(br#"{"a":"Ten","b"#).open_string, None);
         assert!(
             !scan(br#"{"a":"Ten","b"#).open_value,
             "a key is not a value"
