@@ -545,37 +545,37 @@ fn walk(root: &Value, v: &Value, pat: &mut String, all: bool, out: &mut Fields, 
         return;
     }
     let Value::Object(m) = m else { return };
-    if let Some(Value::Object(props)) = m.get("properties") {
-        for (k, x) in props {
-            let b = pat.len();
-            pat.push('/');
-            pat.push_str(&escape(k));
-            walk(root, x, pat, all, out, depth + 1);
-            pat.truncate(b);
-        }
-    }
-    let mut items: Vec<&Value> = Vec::new();
-    match m.get("items") {
-        Some(Value::Array(a)) => items.extend(a),
-        Some(x @ Value::Object(_)) => items.push(x),
-        _ => {}
-    }
-    if let Some(Value::Array(a)) = m.get("prefixItems") {
-        items.extend(a);
-    }
-    for x in items {
+    for (step, x) in children(m) {
         let b = pat.len();
-        pat.push_str("/*");
+        pat.push_str(&step);
         walk(root, x, pat, all, out, depth + 1);
         pat.truncate(b);
     }
+}
+
+/// The subschemas under `m` an instance's values are read with, each with the step it
+/// adds to the instance pattern: `/key` for a property, `/*` for array items
+/// (`items`, `prefixItems`), nothing for an `anyOf`/`oneOf`/`allOf` branch; in that
+/// order.
+pub(crate) fn children(m: &serde_json::Map<String, Value>) -> Vec<(String, &Value)> {
+    let mut out: Vec<(String, &Value)> = Vec::new();
+    if let Some(Value::Object(props)) = m.get("properties") {
+        out.extend(props.iter().map(|(k, x)| (format!("/{}", escape(k)), x)));
+    }
+    match m.get("items") {
+        Some(Value::Array(a)) => out.extend(a.iter().map(|x| ("/*".to_string(), x))),
+        Some(x @ Value::Object(_)) => out.push(("/*".to_string(), x)),
+        _ => {}
+    }
+    if let Some(Value::Array(a)) = m.get("prefixItems") {
+        out.extend(a.iter().map(|x| ("/*".to_string(), x)));
+    }
     for key in ["anyOf", "oneOf", "allOf"] {
         if let Some(Value::Array(bs)) = m.get(key) {
-            for b in bs {
-                walk(root, b, pat, all, out, depth + 1);
-            }
+            out.extend(bs.iter().map(|x| (String::new(), x)));
         }
     }
+    out
 }
 
 #[cfg(test)]

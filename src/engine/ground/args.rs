@@ -24,7 +24,6 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::{admits, fold, marked, resolve, MAX_DEPTH};
-use crate::pointer::escape;
 
 /// One grounded string: its pattern (`/items/*/sku`), and whether it may be `null`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -212,47 +211,21 @@ fn walk(
     let a = admits(root, v, 0);
     if a.string && !a.other {
         let is_marked = marked(v) || marked(m);
-        if is_marked || (all && free_text(root, v)) {
-            if !out.iter().any(|f| f.pattern == *pat) {
-                out.push(ArgField {
-                    pattern: pat.clone(),
-                    nullable: a.null,
-                });
-            }
+        let grounded = is_marked || (all && free_text(root, v));
+        if grounded && !out.iter().any(|f| f.pattern == *pat) {
+            out.push(ArgField {
+                pattern: pat.clone(),
+                nullable: a.null,
+            });
         }
         return;
     }
     let Value::Object(m) = m else { return };
-    if let Some(Value::Object(props)) = m.get("properties") {
-        for (k, x) in props {
-            let b = pat.len();
-            pat.push('/');
-            pat.push_str(&escape(k));
-            walk(root, x, pat, all, out, depth + 1);
-            pat.truncate(b);
-        }
-    }
-    let mut items: Vec<&Value> = Vec::new();
-    match m.get("items") {
-        Some(Value::Array(a)) => items.extend(a),
-        Some(x @ Value::Object(_)) => items.push(x),
-        _ => {}
-    }
-    if let Some(Value::Array(a)) = m.get("prefixItems") {
-        items.extend(a);
-    }
-    for x in items {
+    for (step, x) in super::children(m) {
         let b = pat.len();
-        pat.push_str("/*");
+        pat.push_str(&step);
         walk(root, x, pat, all, out, depth + 1);
         pat.truncate(b);
-    }
-    for key in ["anyOf", "oneOf", "allOf"] {
-        if let Some(Value::Array(bs)) = m.get(key) {
-            for b in bs {
-                walk(root, b, pat, all, out, depth + 1);
-            }
-        }
     }
 }
 
