@@ -1582,3 +1582,167 @@ fn a_grounded_argument_the_conversation_does_not_state_is_written_again_as_a_quo
     assert_eq!(text, call("null"));
     assert_eq!(out.stats.grounded_nulls, 1);
 }
+
+/// A nullable string `a`: at `{"a":` the model gives `n` and `"` the weights
+/// `(null, quote)`; inside the string it goes on with the next byte of "paris" (then
+/// the closing quote) at weight `cont`, and `z` at `1 - cont`; elsewhere it has no
+/// preference.
+fn paris_model(null: f64, quote: f64, cont: f64) -> ScriptedModel {
+    let bytes = ByteCodec::new().bytes;
+    ScriptedModel::new(move |h: &[u32]| {
+        let text = output_text(&bytes, h);
+        if text == r#"{"a":"# {
+            return only(257, &[(b'n' as u32, null.ln()), (b'"' as u32, quote.ln())]);
+        }
+        match text.strip_prefix(r#"{"a":""#) {
+            Some(s) if "paris".starts_with(s) => {
+                let next = "paris\"".as_bytes()[s.len()];
+                only(
+                    257,
+                    &[(next as u32, cont.ln()), (b'z' as u32, (1.0 - cont).ln())],
+                )
+            }
+            _ => vec![0.0; 257],
+        }
+    })
+}
+
+fn weighed_rule() -> Rule {
+    Rule {
+        tokens: Combine::Product,
+        null: NullRule::Weighed,
+    }
+}
+
+fn weighed_run(
+    m: ScriptedModel,
+    doc: Option<&str>,
+    lookahead: bool,
+    fill_above: Option<f64>,
+) -> (String, DecodeOutput, Vec<u32>, f64) {
+    // `b` after it, so that the loop feeds the model after the weighing (the scripted
+    // model asserts every position: a cache not truncated back fails there).
+    let schema = json!({"type": "object", "properties": {
+        "a": {"type": ["string", "null"], "maxLength": 8}, "b": {"type": "boolean"}},
+        "required": ["a", "b"], "additionalProperties": false});
+    let opts = DecodeOptions {
+        max_tokens: 64,
+        confidence: true,
+        weigh_nulls: true,
+        null_lookahead: lookahead,
+        fill_above,
+        grounding: doc
+            .and_then(|d| Grounding::new(&schema, Some(GroundMode::Stated), d))
+            .map(Arc::new),
+        ..Default::default()
+    };
+    let mut m = m;
+    let last = m.last_history.clone();
+    let (text, out) = run_with(
+        &schema,
+        &mut m,
+        &ByteCodec::new(),
+        Sampling::Greedy,
+        0,
+        &opts,
+    );
+    let c = confidence::confidence(text.as_bytes(), &out.probs, weighed_rule()).unwrap();
+    let last = last.lock().unwrap().clone();
+    (text, out, last, c["/a"])
+}
+
+#[test]
+fn a_null_is_weighed_against_the_best_whole_value_the_document_offers() {
+    // `null` 0.9 against `"` 0.1: the null is written. Written as a string, the value
+    // would be "paris" at 0.8 a byte (the closing quote too): 0.8^6 given a value.
+    let (text, out, last, c) = weighed_run(
+        paris_model(0.9, 0.1, 0.8),
+        Some("a table in Paris"),
+        false,
+        None,
+    );
+    assert_eq!(text, r#"{"a":null,"b":false}"#);
+    assert_eq!(out.stats.nulls_weighed, 1);
+    assert_eq!(out.stats.weigh_forward_passes, 6, "the quote and p-a-r-i-s");
+    let whole = 0.8f64.powi(6);
+    close(out.probs.odds[0].whole.unwrap(), whole);
+    close(c, 0.9 / (0.9 + whole));
+    // The default rule is the weighed one; the odds rule keeps the best start.
+    assert_eq!(Rule::DEFAULT, weighed_rule());
+    let odds = Rule {
+        null: NullRule::Odds,
+        ..Rule::DEFAULT
+    };
+    let d = confidence::confidence(text.as_bytes(), &out.probs, odds).unwrap();
+    close(d["/a"], 0.9);
+    // The model's cache was truncated back: it was fed exactly the final output.
+    // `false}`: the last feed, never read.
+    fed_all_but(6, &out, &last);
+    // A document that does not state "paris": the best quotation is a word the model
+    // gives nothing, given up at its first letter; the null keeps the odds against
+    // the best start.
+    let (text, out, last, c) = weighed_run(
+        paris_model(0.9, 0.1, 0.8),
+        Some("nothing here"),
+        false,
+        None,
+    );
+    assert_eq!(text, r#"{"a":null,"b":false}"#);
+    assert_eq!(out.stats.nulls_weighed, 1);
+    assert_eq!(out.stats.weigh_forward_passes, 1, "the quote only");
+    assert_eq!(out.probs.odds[0].whole, None);
+    close(c, 0.9);
+    fed_all_but(6, &out, &last);
+    // Without grounding, nothing is weighed.
+    let (_, out, _, _) = weighed_run(paris_model(0.9, 0.1, 0.8), None, false, None);
+    assert_eq!(out.stats.nulls_weighed, 0);
+}
+
+#[test]
+fn the_null_lookahead_writes_the_weighed_value_when_it_weighs_more_than_the_null() {
+    // `null` 0.6 against `"` 0.4; "paris" at 0.99 a byte: 0.94 > 0.6.
+    let (text, out, last, _) = weighed_run(
+        paris_model(0.6, 0.4, 0.99),
+        Some("a table in Paris"),
+        true,
+        None,
+    );
+    assert_eq!(text, r#"{"a":"paris","b":false}"#);
+    assert_eq!(out.stats.weighed_values_taken, 1);
+    fed_all_but(6, &out, &last);
+    // Its confidence is its probability given a value: `"` is the only start that is
+    // not `null`, so 1, then 0.99 a byte.
+    let d = confidence::confidence(text.as_bytes(), &out.probs, Rule::DEFAULT).unwrap();
+    close(d["/a"], 0.99f64.powi(6));
+    // Without the lookahead the null stays; at 0.8 a byte (0.26 < 0.6) it stays too.
+    let (text, _, _, _) = weighed_run(
+        paris_model(0.6, 0.4, 0.99),
+        Some("a table in Paris"),
+        false,
+        None,
+    );
+    assert_eq!(text, r#"{"a":null,"b":false}"#);
+    let (text, out, _, _) = weighed_run(
+        paris_model(0.6, 0.4, 0.8),
+        Some("a table in Paris"),
+        true,
+        None,
+    );
+    assert_eq!(text, r#"{"a":null,"b":false}"#);
+    assert_eq!(out.stats.weighed_values_taken, 0);
+}
+
+#[test]
+fn a_weighed_value_above_the_fill_bar_is_written_instead_of_the_null() {
+    // `null` 0.9 against `"` 0.1; "paris" at 0.99 a byte: 0.94 given a value.
+    let doc = Some("a table in Paris");
+    let (text, out, last, _) = weighed_run(paris_model(0.9, 0.1, 0.99), doc, false, Some(0.7));
+    assert_eq!(text, r#"{"a":"paris","b":false}"#);
+    assert_eq!(out.stats.weighed_values_taken, 1);
+    fed_all_but(6, &out, &last);
+    // Below the bar (0.8 a byte: 0.26), and with no bar, the null stays.
+    let (text, _, _, _) = weighed_run(paris_model(0.9, 0.1, 0.8), doc, false, Some(0.7));
+    assert_eq!(text, r#"{"a":null,"b":false}"#);
+    let (text, _, _, _) = weighed_run(paris_model(0.9, 0.1, 0.99), doc, false, None);
+    assert_eq!(text, r#"{"a":null,"b":false}"#);
+}

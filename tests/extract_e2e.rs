@@ -923,3 +923,74 @@ fn grounded_extraction_writes_null_for_what_the_document_does_not_state() {
         "{d}"
     );
 }
+
+/// A confident null where the document states the value (SNIPS public
+/// `BookRestaurant-validate-0038`, default model, the default three BM25 shots from the
+/// train examples): "Book a spot for me and kathrine at Smithville". The model writes
+/// `"city": null` at 0.9999; weighed against the document's best quotation ("Smithville",
+/// 0.83 given a value) the null drops below 0.99, and above `--fill-above` the city is
+/// written. Reads `../shared` (or `FORMWORK_SHARED`) for the examples; skipped without.
+#[test]
+fn a_confident_null_is_weighed_against_the_documents_best_quotation() {
+    let Some(home) = common::home_with_qwen() else {
+        return;
+    };
+    let shared = std::env::var_os("FORMWORK_SHARED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared"));
+    let train = shared.join("data/extraction/snips_train_examples.jsonl");
+    if !train.is_file() {
+        common::skip::skipped(format_args!(
+            "SKIPPED: {} not found; set FORMWORK_SHARED to a copy of shared/",
+            train.display()
+        ));
+        return;
+    }
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/weigh");
+    let run = |extra: &[&str]| -> Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_formwork"))
+            .env("FORMWORK_HOME", &home)
+            .env_remove("FORMWORK_MODEL")
+            .env("CANDLE_BARRIER_POOL_SPIN_LIMIT", "0")
+            .args(["extract", "--json", "--schema"])
+            .arg(dir.join("book_restaurant.schema.json"))
+            .arg("--input")
+            .arg(dir.join("smithville.txt"))
+            .arg("--examples")
+            .arg(&train)
+            .args(extra)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let ex: Value =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+        assert_eq!(ex["verdict"], "valid", "{ex}");
+        ex
+    };
+    let city = |ex: &Value| {
+        (
+            ex["value"]["location"]["city"].clone(),
+            ex["confidence"]["/location/city"].as_f64().unwrap(),
+        )
+    };
+    // Not weighed: the null, near certain.
+    let off = run(&["--no-weigh-nulls"]);
+    let (v, c) = city(&off);
+    assert_eq!(v, Value::Null, "{off}");
+    assert!(c >= 0.99, "{off}");
+    assert_eq!(off["nulls_weighed"], 0, "{off}");
+    // Weighed, nothing filled: the same null, its confidence now below 0.99.
+    let weighed = run(&["--fill-above", "1"]);
+    let (v, c) = city(&weighed);
+    assert_eq!(v, Value::Null, "{weighed}");
+    assert!(c < 0.99, "{weighed}");
+    assert!(weighed["nulls_weighed"].as_u64().unwrap() >= 1, "{weighed}");
+    assert_eq!(weighed["weighed_values_taken"], 0, "{weighed}");
+    // The defaults: the quotation is written, and the other answers stay.
+    let d = run(&[]);
+    assert_eq!(d["value"]["location"]["city"], "Smithville", "{d}");
+    assert!(d["weighed_values_taken"].as_u64().unwrap() >= 1, "{d}");
+    let mut rest = d["value"].clone();
+    rest["location"]["city"] = Value::Null;
+    assert_eq!(rest, weighed["value"], "{d}");
+}

@@ -28,6 +28,9 @@ pub struct Report {
     /// `--null-bias` and `--grounded`, as run.
     pub null_bias: f32,
     pub grounded: Option<crate::engine::ground::GroundMode>,
+    /// `--no-weigh-nulls` (false) and `--fill-above`, as run.
+    pub weigh_nulls: bool,
+    pub fill_above: f64,
     /// `--kv-cache`: `f32` or `f16`.
     pub kv_cache: &'static str,
     pub overall: BTreeMap<String, Summary>,
@@ -62,6 +65,21 @@ fn f3(x: f64) -> String {
     }
 }
 
+/// The header's null bias and weighing, as run.
+fn priors(r: &Report) -> String {
+    let bias = if r.null_bias != 0.0 {
+        format!(", null bias {}", r.null_bias)
+    } else {
+        String::new()
+    };
+    let weigh = match (r.weigh_nulls, r.fill_above < 1.0) {
+        (false, _) => String::new(),
+        (true, false) => ", nulls weighed".to_string(),
+        (true, true) => format!(", nulls weighed, filled above {}", r.fill_above),
+    };
+    bias + &weigh
+}
+
 /// The markdown tables printed on stdout: quality first (with the all-null baseline
 /// beside every accuracy), then cost, then per schema and per field.
 pub fn markdown(r: &Report) -> String {
@@ -89,11 +107,7 @@ pub fn markdown(r: &Report) -> String {
         } else {
             String::new()
         },
-        if r.null_bias != 0.0 {
-            format!(", null bias {}", r.null_bias)
-        } else {
-            String::new()
-        },
+        priors(r),
         match r.grounded {
             None => "",
             Some(crate::engine::ground::GroundMode::Stated) => ", grounded",

@@ -235,6 +235,8 @@ pub fn run(
         pick: cfg.pick,
         null_bias: cfg.opts.null_bias,
         grounded: cfg.opts.grounded,
+        weigh_nulls: cfg.opts.weigh_nulls,
+        fill_above: cfg.opts.fill_above,
         kv_cache: engine.model().kv.name(),
         overall,
         per_schema,

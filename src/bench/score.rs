@@ -58,12 +58,20 @@ pub struct RecordResult {
     pub lookaheads: usize,
     pub lookahead_null_wins: usize,
     pub lookahead_forward_passes: usize,
+    /// `null`s weighed against a quotation, values taken instead, and the passes spent.
+    pub nulls_weighed: usize,
+    pub weighed_values_taken: usize,
+    pub weigh_forward_passes: usize,
     /// Grounded strings (`--grounded`) the text does not state, written `null` instead.
     pub grounded_nulls: usize,
     /// The masked modes' choices between `null` and a value, per field, with the
     /// model's margin for null (`scripts/null_bias_sweep.py` reads them).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub null_decisions: Vec<FieldDecision>,
+    /// The nulls weighed against the document's best quotation, per field
+    /// (`benches/fill_bar.py` reads them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub weighed: Vec<FieldWeighed>,
     /// Each gold leaf's confidence ([`crate::engine::confidence`]; a container's is its
     /// least confident leaf). A record that is not schema-valid has 0 everywhere: it
     /// is reviewed whatever its values.
@@ -76,6 +84,18 @@ pub struct RecordResult {
     #[serde(skip)]
     pub mask_ns: Vec<u64>,
     pub value: Option<Value>,
+}
+
+/// A `null` weighed against the document's best quotation, at its field.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FieldWeighed {
+    /// The field's JSON Pointer.
+    pub field: String,
+    /// The quotation, its probability given that a value is written, and whether it
+    /// was written instead of the `null`.
+    pub quotation: String,
+    pub p: f64,
+    pub taken: bool,
 }
 
 /// One choice between `null` and a value, at the field it was made for.
@@ -176,6 +196,9 @@ pub fn score(case: &Case, mode: BenchMode, ex: &Extraction, exact_strings: bool)
         lookaheads: ex.lookaheads,
         lookahead_null_wins: ex.lookahead_null_wins,
         lookahead_forward_passes: ex.lookahead_forward_passes,
+        nulls_weighed: ex.nulls_weighed,
+        weighed_values_taken: ex.weighed_values_taken,
+        weigh_forward_passes: ex.weigh_forward_passes,
         grounded_nulls: ex.grounded_nulls,
         null_decisions: ex
             .null_decisions
@@ -185,6 +208,18 @@ pub fn score(case: &Case, mode: BenchMode, ex: &Extraction, exact_strings: bool)
                     field: pointer_at(&ex.text, d.at)?,
                     gap: d.gap,
                     null: d.null,
+                })
+            })
+            .collect(),
+        weighed: ex
+            .weighed
+            .iter()
+            .filter_map(|w| {
+                Some(FieldWeighed {
+                    field: pointer_at(&ex.text, w.at)?,
+                    quotation: w.quotation.clone(),
+                    p: w.p,
+                    taken: w.taken,
                 })
             })
             .collect(),
@@ -233,6 +268,9 @@ mod tests {
             lookaheads: 0,
             lookahead_null_wins: 0,
             lookahead_forward_passes: 0,
+            nulls_weighed: 0,
+            weighed_values_taken: 0,
+            weigh_forward_passes: 0,
             grounded_nulls: 0,
             rows_dropped: 0,
             items_cut: 0,
@@ -252,6 +290,7 @@ mod tests {
             tokens: Vec::new(),
             forced_ranges: Vec::new(),
             null_decisions: Vec::new(),
+            weighed: Vec::new(),
             confidence: BTreeMap::new(),
             probs: Default::default(),
             value_at: 0,

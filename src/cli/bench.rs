@@ -74,6 +74,13 @@ pub struct BenchArgs {
     /// Masked modes, greedy: weigh `null` against the best value at nullable fields.
     #[arg(long)]
     pub null_lookahead: bool,
+    /// As `extract --no-weigh-nulls`.
+    #[arg(long)]
+    pub no_weigh_nulls: bool,
+    /// As `extract --fill-above`.
+    #[arg(long, value_name = "P", default_value_t = crate::engine::DEFAULT_FILL_ABOVE,
+          value_parser = super::parse_probability)]
+    pub fill_above: f64,
     /// Masked modes: add NATS to the logits of `null` wherever a nullable field's
     /// `null` competes with a value (see `extract --null-bias`).
     #[arg(long, value_name = "NATS", default_value_t = 0.0, allow_negative_numbers = true,
@@ -203,6 +210,8 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
             prompt: a.prompt.into(),
             null_lookahead: a.null_lookahead,
             null_bias: a.null_bias,
+            weigh_nulls: !a.no_weigh_nulls,
+            fill_above: a.fill_above,
             grounded: a.grounded.0,
             ..Default::default()
         },

@@ -95,6 +95,18 @@ pub struct ExtractArgs {
     /// before committing (both branches decoded; costs extra forward passes).
     #[arg(long)]
     pub null_lookahead: bool,
+    /// Do not weigh a `null` the model picks for a grounded text field against the
+    /// best whole value the document offers (a quotation decoded and taken back, which
+    /// lowers the confidence of a `null` that likely misses a stated value; with
+    /// --null-lookahead the value is written when it weighs more). For measuring.
+    #[arg(long)]
+    pub no_weigh_nulls: bool,
+    /// Greedy: a `null` weighed against the document's best quotation is replaced by
+    /// that quotation when the model, writing a value there, would write it with a
+    /// probability above P (1 turns it off). docs/extraction.md has how it was set.
+    #[arg(long, value_name = "P", default_value_t = crate::engine::DEFAULT_FILL_ABOVE,
+          value_parser = super::parse_probability)]
+    pub fill_above: f64,
     /// Masked decoding: add NATS to the logits of `null` wherever a nullable field's
     /// `null` competes with a value (a prior for "null unless the document says so";
     /// negative values favour filling). docs/extraction.md has the measured
@@ -275,6 +287,8 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
         heal_forced: true,
         null_lookahead: a.null_lookahead,
         null_bias: a.null_bias,
+        weigh_nulls: !a.no_weigh_nulls,
+        fill_above: a.fill_above,
         grounded: a.grounded.0,
         review_fields: a.review_fields.clone(),
         review_below: a.review_below,

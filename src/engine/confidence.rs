@@ -15,8 +15,13 @@
 //!   of them were forced), the model's probability of writing exactly that value there.
 //! - `null`, where the loop recorded the choice between `null` and a value at the
 //!   value's first byte ([`NullOdds`]): `null` weighed against the best value start,
-//!   `P(null) / (P(null) + P(best other token))`, both under the mask at that step.
-//!   Elsewhere (the choice fell inside a token, `":null`), the product as above.
+//!   `P(null) / (P(null) + P(best other token))`, both under the mask at that step;
+//!   where the loop also weighed it against the best whole value the document offers
+//!   (a grounded text field, [`NullOdds::whole`]), against that value when it weighs
+//!   more: `P(null) / (P(null) + P(value | a value))`. A model sure of `null` (0.9999)
+//!   where the document states the value still writes that value, once it writes one,
+//!   with a probability of 0.1 to 1: those nulls are the wrong ones. Elsewhere (the
+//!   choice fell inside a token, `":null`), the product as above.
 //! - `null` written by grounding in place of a value the document does not state:
 //!   1 minus the probability of the value taken back.
 //!
@@ -44,6 +49,11 @@ pub struct NullOdds {
     pub at: usize,
     pub null: f64,
     pub value: f64,
+    /// Where the `null` was weighed against the best whole value the document offers
+    /// (a quotation, [`crate::engine::ground::quote`]): that value's probability given
+    /// that a value is written, its tokens' product under the mask divided by the
+    /// probability of not starting `null`.
+    pub whole: Option<f64>,
 }
 
 /// What the decoding loop records for confidences (masked decoding with
@@ -105,6 +115,10 @@ pub enum Combine {
 pub enum NullRule {
     /// Against the best value start, where the choice was recorded ([`NullOdds`]).
     Odds,
+    /// Against the best whole value the document offers, where it was weighed
+    /// ([`NullOdds::whole`]; the best value start elsewhere, or when it weighs more):
+    /// `P(null) / (P(null) + P(value | a value))`.
+    Weighed,
     /// As any value (its tokens' probabilities).
     Path,
     /// The chosen tokens that end where `null` starts (`":`, whose rivals such as
@@ -123,14 +137,19 @@ impl Rule {
     /// The confidence of the envelope (see the module doc).
     pub const DEFAULT: Rule = Rule {
         tokens: Combine::Product,
-        null: NullRule::Odds,
+        null: NullRule::Weighed,
     };
 
     /// Every rule, the default first.
     pub fn all() -> Vec<Rule> {
         let mut v = vec![Rule::DEFAULT];
         for tokens in [Combine::Product, Combine::Min, Combine::Start] {
-            for null in [NullRule::Chain, NullRule::Odds, NullRule::Path] {
+            for null in [
+                NullRule::Chain,
+                NullRule::Odds,
+                NullRule::Path,
+                NullRule::Weighed,
+            ] {
                 let r = Rule { tokens, null };
                 if r != Rule::DEFAULT {
                     v.push(r);
@@ -151,6 +170,7 @@ impl Rule {
             NullRule::Odds => "odds",
             NullRule::Path => "path",
             NullRule::Chain => "chain",
+            NullRule::Weighed => "weighed",
         };
         format!("{t}+{n}")
     }
@@ -321,7 +341,11 @@ pub fn confidence(text: &[u8], probs: &Probs, rule: Rule) -> Option<BTreeMap<Str
         } else {
             match probs.odds.iter().find(|o| o.at == leaf.start) {
                 Some(o) if rule.null != NullRule::Path && o.null + o.value > 0.0 => {
-                    let odds = o.null / (o.null + o.value);
+                    let value = match (rule.null, o.whole) {
+                        (NullRule::Weighed, Some(w)) => o.value.max(w),
+                        _ => o.value,
+                    };
+                    let odds = o.null / (o.null + value);
                     let lead = (probs.chosen.iter())
                         .filter(|c| {
                             rule.null == NullRule::Chain
@@ -416,6 +440,7 @@ mod tests {
                 at: 14,
                 null: 0.7,
                 value: 0.1,
+                whole: None,
             }],
             taken_back: Vec::new(),
         };
@@ -435,6 +460,29 @@ mod tests {
         };
         let c = confidence(t, &probs, chain).unwrap();
         assert!((c["/b"] - 0.6 * 0.7 / 0.8).abs() < 1e-12);
+        // Against the whole value the document offers.
+        let weighed = Rule {
+            tokens: Combine::Product,
+            null: NullRule::Weighed,
+        };
+        let c = confidence(t, &probs, weighed).unwrap();
+        assert!(
+            (c["/b"] - 0.7 / 0.8).abs() < 1e-12,
+            "the odds where none was weighed"
+        );
+        let mut w = probs.clone();
+        w.odds[0].whole = Some(0.7);
+        let c = confidence(t, &w, weighed).unwrap();
+        assert!((c["/b"] - 0.5).abs() < 1e-12);
+        let odds = Rule {
+            tokens: Combine::Product,
+            null: NullRule::Odds,
+        };
+        let c = confidence(t, &w, odds).unwrap();
+        assert!(
+            (c["/b"] - 0.7 / 0.8).abs() < 1e-12,
+            "the odds rule ignores it"
+        );
         assert!((c["/a"] - 0.5 * 0.8 * 0.9).abs() < 1e-12);
         let min = Rule {
             tokens: Combine::Min,

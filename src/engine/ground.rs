@@ -41,6 +41,7 @@ use super::source::{resolve, type_names};
 
 pub mod args;
 mod items;
+pub mod quote;
 mod rows;
 mod scan;
 
@@ -99,6 +100,24 @@ pub struct Grounding {
     evidence: Vec<String>,
     /// The document as given (an evidence quotation is taken whole from it).
     doc: String,
+}
+
+/// A grounded field's text, as a quotation is read from it
+/// ([`Grounding::quotation`]): compared case-blind, with single spaces.
+#[derive(Clone, Copy, Debug)]
+pub struct FieldQuote<'a> {
+    folded: &'a str,
+}
+
+impl quote::Quotable for FieldQuote<'_> {
+    fn quotable(&self, text: &str, closed: bool) -> bool {
+        quote::quotable_in(self.folded, &text.to_lowercase(), closed)
+    }
+    fn quotable_bytes(&self, bytes: &[u8]) -> bool {
+        let b = bytes.to_ascii_lowercase();
+        let d = self.folded.as_bytes();
+        !b.is_empty() && d.windows(b.len()).any(|w| w == b.as_slice())
+    }
 }
 
 /// Lowercased, with each run of whitespace as one space, trimmed.
@@ -208,6 +227,25 @@ impl Grounding {
         self.patterns.iter().chain(&self.date_patterns).any(|p| {
             p.len() > pattern.len() && p.starts_with(pattern) && p.as_bytes()[pattern.len()] == b'/'
         })
+    }
+
+    /// May a `null` at `pattern` be weighed against a quotation of the document
+    /// (a grounded text field, not a date)?
+    pub fn weighs(&self, pattern: &str) -> bool {
+        self.patterns.iter().any(|p| p == pattern)
+    }
+
+    /// The text a value at `pattern` may be quoted from, case-blind: the document's
+    /// body ([`body`]), or the whole document for a field marked `"anywhere"`.
+    pub fn quotation<'a>(&'a self, pattern: &str) -> FieldQuote<'a> {
+        let anywhere = self.anywhere.iter().any(|p| p == pattern);
+        FieldQuote {
+            folded: if anywhere {
+                &self.folded_doc
+            } else {
+                &self.folded_body
+            },
+        }
     }
 
     /// Is `value` stated in the document? Empty (after folding) never is.

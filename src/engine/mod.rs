@@ -157,6 +157,16 @@ pub struct ExtractOptions {
     /// Masked modes: added to the logits of `null` where a nullable field's `null`
     /// competes with a value, in nats (see `decode::DecodeOptions::null_bias`).
     pub null_bias: f32,
+    /// Masked modes, with grounding: a `null` the model picks for a grounded text
+    /// field is weighed against the best whole value the document offers (a
+    /// quotation decoded on the model and taken back; `decode::DecodeOptions::weigh_nulls`),
+    /// for its confidence, and with `null_lookahead` the value is taken when it weighs
+    /// more. On by default.
+    pub weigh_nulls: bool,
+    /// Greedy, with `weigh_nulls`: the weighed value is written instead of the `null`
+    /// when its probability given a value is above this (1: never;
+    /// `decode::DecodeOptions::fill_above`). [`DEFAULT_FILL_ABOVE`] by default.
+    pub fill_above: f64,
     /// Ground every nullable string of the schema ([`ground`]): a value the document
     /// does not state (or, `distinct`, that an earlier grounded field already took)
     /// becomes `null`. Fields marked `x-formwork-grounded` are grounded (`stated`)
@@ -197,6 +207,8 @@ impl Default for ExtractOptions {
             heal_forced: true,
             null_lookahead: false,
             null_bias: 0.0,
+            weigh_nulls: true,
+            fill_above: DEFAULT_FILL_ABOVE,
             grounded: None,
             review_fields: Vec::new(),
             review_below: DEFAULT_REVIEW_BELOW,
@@ -209,6 +221,11 @@ impl Default for ExtractOptions {
 
 /// The default of [`ExtractOptions::review_below`] (`--review-below`).
 pub const DEFAULT_REVIEW_BELOW: f64 = 0.5;
+
+/// The default of [`ExtractOptions::fill_above`] (`--fill-above`), set on the SNIPS
+/// train examples (each half's records with the other half's shots), never on the
+/// public set: docs/extraction.md.
+pub const DEFAULT_FILL_ABOVE: f64 = 0.8;
 
 /// The result envelope of one extraction (what `--json` prints).
 #[derive(Clone, Debug, Serialize)]
@@ -230,6 +247,12 @@ pub struct Extraction {
     /// Decision points where the null lookahead ran, and how many `null` won.
     pub lookaheads: usize,
     pub lookahead_null_wins: usize,
+    /// `null`s weighed against the best whole value the document offers, the values
+    /// taken instead (the null lookahead), and the forward passes spent (counted in
+    /// `forward_passes` too).
+    pub nulls_weighed: usize,
+    pub weighed_values_taken: usize,
+    pub weigh_forward_passes: usize,
     /// Grounded strings the document does not state, written `null` instead (masked:
     /// taken back while decoding; free: replaced in the parsed value).
     pub grounded_nulls: usize,
@@ -290,6 +313,9 @@ pub struct Extraction {
     /// offsets of `text`.
     #[serde(skip)]
     pub null_decisions: Vec<decode::NullDecision>,
+    /// The last attempt's nulls weighed against a quotation, at byte offsets of `text`.
+    #[serde(skip)]
+    pub weighed: Vec<decode::WeighedNull>,
     /// The last attempt's token probabilities, at byte offsets of the value's text,
     /// which starts at byte `value_at` of `text` (for `formwork bench`'s comparison
     /// of confidence rules).
@@ -403,6 +429,9 @@ impl Engine {
             lookahead_forward_passes: 0,
             lookaheads: 0,
             lookahead_null_wins: 0,
+            nulls_weighed: 0,
+            weighed_values_taken: 0,
+            weigh_forward_passes: 0,
             grounded_nulls: 0,
             rows_dropped: 0,
             items_cut: 0,
@@ -426,6 +455,7 @@ impl Engine {
             tokens: Vec::new(),
             forced_ranges: Vec::new(),
             null_decisions: Vec::new(),
+            weighed: Vec::new(),
             probs: confidence::Probs::default(),
             value_at: 0,
         };
@@ -618,6 +648,8 @@ impl Engine {
             heal_forced: opts.heal_forced,
             null_lookahead: opts.null_lookahead,
             null_bias: opts.null_bias,
+            weigh_nulls: opts.weigh_nulls,
+            fill_above: (opts.fill_above < 1.0).then_some(opts.fill_above),
             deadline: opts.timeout.map(|t| started + t),
             confidence: true,
             ..DecodeOptions::default()
@@ -788,6 +820,9 @@ impl Engine {
         ex.lookahead_forward_passes += out.stats.lookahead_forward_passes;
         ex.lookaheads += out.stats.lookaheads;
         ex.lookahead_null_wins += out.stats.lookahead_null_wins;
+        ex.nulls_weighed += out.stats.nulls_weighed;
+        ex.weighed_values_taken += out.stats.weighed_values_taken;
+        ex.weigh_forward_passes += out.stats.weigh_forward_passes;
         ex.grounded_nulls += out.stats.grounded_nulls;
         ex.rows_dropped += out.stats.rows_dropped;
         ex.items_cut += out.stats.items_cut;
@@ -797,6 +832,7 @@ impl Engine {
         ex.tokens = out.tokens.clone();
         ex.forced_ranges = out.forced_ranges.clone();
         ex.null_decisions = out.stats.null_decisions.clone();
+        ex.weighed = out.stats.weighed.clone();
         ex.mask_ns.extend_from_slice(&out.stats.mask_ns);
         ex.decode_ms += out.stats.decode_time.as_secs_f64() * 1000.0;
         ex.cut_short = out.steered;

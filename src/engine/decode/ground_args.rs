@@ -12,8 +12,9 @@ use formwork_grammar::toktrie::TokenSet;
 use formwork_models::runtime::LanguageModel;
 
 use super::super::ground::args::ArgField;
+use super::super::ground::quote::quoted_fits;
 use super::super::ground::{self, ArgGrounding};
-use super::sample::{full_mask, masked_p};
+use super::sample::{best_allowed, full_mask, masked_p};
 use super::{Codec, DecodeOutput};
 
 /// The loop's state before a grounded string: where it is taken back to.
@@ -216,14 +217,11 @@ impl<'a> ArgGrounder<'a> {
     ) -> Option<(u32, f64)> {
         let (g, start) = (self.g?, self.quoting?);
         full_mask(matcher, mask, &mut out.stats);
-        let mut order: Vec<u32> = (0..logits.len() as u32)
-            .filter(|&t| mask.contains(t) && logits[t as usize].is_finite())
-            .collect();
-        order.sort_unstable_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]));
+        let order = best_allowed(logits, mask, MAX_TRIED);
         let so_far = &out.bytes[start + 1..];
         let bytes = codec.token_bytes();
         let fits = |t: u32| quoted_fits(g, so_far, &bytes[t as usize]);
-        match order.iter().take(MAX_TRIED).copied().find(|&t| fits(t)) {
+        match order.iter().copied().find(|&t| fits(t)) {
             Some(t) => Some((t, masked_p(logits, mask, t, 1.0))),
             None => {
                 self.quoting = None;
@@ -236,30 +234,6 @@ impl<'a> ArgGrounder<'a> {
 
 fn field<'f>(fields: &'f [ArgField], pattern: &str) -> Option<&'f ArgField> {
     fields.iter().find(|f| f.pattern == pattern)
-}
-
-/// Does `tok` after the string content `so_far` (raw, as written) keep it a piece of
-/// the conversation: the content with the token's bytes up to a closing quote is
-/// stated (closed) or may still be (open)? A backslash (an escape) never fits.
-fn quoted_fits(g: &ArgGrounding, so_far: &[u8], tok: &[u8]) -> bool {
-    let close = tok.iter().position(|&b| b == b'"');
-    let piece = &tok[..close.unwrap_or(tok.len())];
-    if piece.contains(&b'\\') || so_far.contains(&b'\\') {
-        return false;
-    }
-    let mut content = so_far.to_vec();
-    content.extend_from_slice(piece);
-    // A token may end inside a character: judge the whole characters before it.
-    match std::str::from_utf8(&content) {
-        Ok(t) => g.quotable(t, close.is_some()),
-        // A token may end inside a character: the whole characters before it must be
-        // quotable, and the conversation must go on with the bytes after them.
-        Err(e) if e.error_len().is_none() && close.is_none() => {
-            let whole = std::str::from_utf8(&content[..e.valid_up_to()]).unwrap_or_default();
-            g.quotable(whole, false) && g.quotable_bytes(&content)
-        }
-        Err(_) => false,
-    }
 }
 
 #[cfg(test)]

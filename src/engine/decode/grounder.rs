@@ -84,6 +84,27 @@ impl<'a> Grounder<'a> {
         g.refuses_null(p, earlier)
     }
 
+    /// Where the value that starts here is a grounded text field whose `null` may be
+    /// weighed against a quotation ([`Grounding::weighs`]): the grounding and the
+    /// field's pattern.
+    pub(super) fn weighable(&self, out: &DecodeOutput) -> Option<(&'a Grounding, String)> {
+        let g = self.g?;
+        let p = ground::scan(&out.bytes).next_value?;
+        g.weighs(&p).then_some((g, p))
+    }
+
+    /// Would `value` at `pattern` stand if written here, after the output's strings
+    /// ([`Grounding::judge`])?
+    pub(super) fn would_stand(&self, out: &DecodeOutput, pattern: &str, value: &str) -> bool {
+        let Some(g) = self.g else { return true };
+        let s = ground::scan(&out.bytes);
+        let earlier = s
+            .strings
+            .iter()
+            .map(|e| (e.pattern.as_str(), e.value.as_str()));
+        g.judge(pattern, value, earlier)
+    }
+
     /// Takes a [`Checkpoint`] when the text ends where the next value may be grounded.
     pub(super) fn checkpoint(
         &mut self,

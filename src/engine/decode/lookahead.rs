@@ -102,7 +102,15 @@ pub(super) fn null_lookahead(
         )?;
         if opts.confidence {
             let (null, value) = null_odds(logits, mask, codec, 1.0);
-            b.out.probs.odds.insert(0, NullOdds { at: 0, null, value });
+            b.out.probs.odds.insert(
+                0,
+                NullOdds {
+                    at: 0,
+                    null,
+                    value,
+                    whole: None,
+                },
+            );
         }
         stats.forward_passes += b.passes;
         stats.lookahead_forward_passes += b.passes;

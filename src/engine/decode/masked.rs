@@ -15,8 +15,9 @@ use super::feed::{commit_sampled, plan_feed};
 use super::ground_args::ArgGrounder;
 use super::grounder::Grounder;
 use super::lookahead::null_lookahead;
-use super::null::{crossing_candidates, pick_across_null, pick_null_or_value};
+use super::null::{crossing_candidates, pick_across_null, pick_null_or_value, starts_null};
 use super::sample::{full_mask, masked_p, pick, temperature};
+use super::weigh::weigh_pick;
 use super::{canonical_spans, Codec, DecodeOptions, DecodeOutput, Redirect, Stop, Watch};
 
 /// Run masked decoding from `logits` (the model's output after the prompt, whose
@@ -110,11 +111,16 @@ pub fn decode_masked(
         args.checkpoint(matcher, &logits, pos, &out);
 
         let refuse_null = matcher.null_competes() && grounder.refuses_null(&out);
+        // A grounded text field whose `null` is weighed against a quotation.
+        let weighable = (opts.weigh_nulls && opts.confidence && matcher.null_competes())
+            .then(|| grounder.weighable(&out))
+            .flatten();
         // 2. Null against a value, both scored before committing.
         if opts.null_lookahead
             && sampler.sampling().is_greedy()
             && matcher.null_competes()
             && !refuse_null
+            && weighable.is_none()
         {
             if let Some(w) = null_lookahead(
                 model.as_ref(),
@@ -195,9 +201,30 @@ pub fn decode_masked(
             } else {
                 opts.null_bias
             };
-            pick_null_or_value(
+            let p = pick_null_or_value(
                 matcher, codec, sampler, &logits, &mut mask, bias, opts, &mut out,
-            )
+            );
+            match (p, &weighable) {
+                (Some(picked), Some((g, pattern)))
+                    if starts_null(codec.token_bytes(), picked.0) =>
+                {
+                    weigh_pick(
+                        model.as_mut(),
+                        codec,
+                        matcher,
+                        sampler.sampling().is_greedy(),
+                        &logits,
+                        &mut pos,
+                        &mut mask,
+                        opts,
+                        &mut out,
+                        &grounder,
+                        (g, pattern),
+                        picked,
+                    )?
+                }
+                _ => p,
+            }
         } else if opts.null_bias != 0.0 {
             let c = crossers.get_or_insert_with(|| crossing_candidates(codec));
             pick_across_null(

@@ -27,7 +27,8 @@
 //! The stages, one file each: `options` (what a run is handed), `output` (what it
 //! hands back, and the canonical check), `feed` (step 1: jump-forward and token
 //! healing), `sample` (step 3: picking under the mask), `null` (picks where `null`
-//! competes), `lookahead` (the null lookahead), `grounder` (grounding take-backs),
+//! competes), `lookahead` (the null lookahead), `weigh` (a `null` weighed against the best
+//! quotation of the document), `grounder` (grounding take-backs),
 //! `masked` (the masked loop), `free` (the free loop) and `think` (a reasoning
 //! model's think block of free text, closed by the model or by its budget, then the
 //! masked answer).
@@ -43,9 +44,10 @@ mod options;
 mod output;
 mod sample;
 mod think;
+mod weigh;
 
 pub use free::{decode_free, Until};
 pub use masked::decode_masked;
 pub use options::{Codec, DecodeOptions, Redirect, Stop, Watch};
-pub use output::{canonical_spans, DecodeOutput, DecodeStats, NullDecision};
+pub use output::{canonical_spans, DecodeOutput, DecodeStats, NullDecision, WeighedNull};
 pub use think::{decode_think, think, ThinkOutput, ThinkPlan, Thought};

@@ -94,6 +94,7 @@ pub(super) fn pick_null_or_value(
             at: out.bytes.len(),
             null,
             value,
+            whole: None,
         });
     }
     out.stats.null_decisions.push(NullDecision {

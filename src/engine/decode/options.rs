@@ -90,6 +90,18 @@ pub struct DecodeOptions {
     ///
     /// [`Matcher::null_competes`]: formwork_grammar::matcher::Matcher::null_competes
     pub null_bias: f32,
+    /// Where the model picks `null` for a grounded text field, weigh it against the
+    /// best whole value the document offers ([`NullOdds::whole`], decoded as a
+    /// quotation on the model and taken back; with `null_lookahead`, kept when it
+    /// weighs more). Needs `confidence` and `grounding`.
+    ///
+    /// [`NullOdds::whole`]: crate::engine::confidence::NullOdds::whole
+    pub weigh_nulls: bool,
+    /// Greedy, with `weigh_nulls`: write the weighed value instead of the `null` when
+    /// its probability given a value is above this (the document offers a value the
+    /// model writes with near certainty once it writes one). `None`: never (the null
+    /// lookahead still takes it where it weighs more than the `null`).
+    pub fill_above: Option<f64>,
     pub deadline: Option<Instant>,
     /// Sees the text as it grows, and may stop the run (see [`Watch`]).
     pub watch: Option<Watch>,
@@ -119,6 +131,8 @@ impl Default for DecodeOptions {
             heal_forced: true,
             null_lookahead: false,
             null_bias: 0.0,
+            weigh_nulls: false,
+            fill_above: None,
             deadline: None,
             watch: None,
             grounding: None,

@@ -35,6 +35,15 @@ pub struct DecodeStats {
     /// `forward_passes` too). The winner's passes would mostly have been spent
     /// anyway, though one token at a time instead of one pass per forced span.
     pub lookahead_forward_passes: usize,
+    /// `null`s weighed against the best whole value the document offers
+    /// (`DecodeOptions::weigh_nulls`), and of those, the ones whose value was taken
+    /// instead (the null lookahead).
+    pub nulls_weighed: usize,
+    pub weighed_values_taken: usize,
+    /// Forward passes spent weighing (counted in `forward_passes` too).
+    pub weigh_forward_passes: usize,
+    /// Every `null` weighed against a quotation that stands, in order.
+    pub weighed: Vec<WeighedNull>,
     /// Every point where `null` competed with a value and the model picked a token
     /// (not those the lookahead decided), in order.
     pub null_decisions: Vec<NullDecision>,
@@ -65,6 +74,18 @@ pub struct DecodeStats {
     /// Such arguments that stay as the model wrote them (no mark before them, the
     /// model cannot truncate its cache, or no token keeps the string a quotation).
     pub args_kept: usize,
+}
+
+/// A `null` weighed against the document's best quotation.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct WeighedNull {
+    /// Output bytes before the value (where it starts).
+    pub at: usize,
+    /// The quotation's text, and its probability given that a value is written.
+    pub quotation: String,
+    pub p: f64,
+    /// Whether it was written instead of the `null`.
+    pub taken: bool,
 }
 
 /// One choice between `null` and a value at a nullable field.

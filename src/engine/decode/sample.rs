@@ -85,3 +85,17 @@ pub(super) fn full_mask(matcher: &mut Matcher, mask: &mut TokenSet, stats: &mut 
     matcher.compute_mask(mask);
     stats.mask_ns.push(t.elapsed().as_nanos() as u64);
 }
+
+/// The tokens `mask` allows (finite logits), best first, at most `k` of them.
+pub(super) fn best_allowed(logits: &[f32], mask: &TokenSet, k: usize) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..logits.len() as u32)
+        .filter(|&t| mask.contains(t) && logits[t as usize].is_finite())
+        .collect();
+    let by_logit = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]);
+    if order.len() > k && k > 0 {
+        order.select_nth_unstable_by(k - 1, by_logit);
+        order.truncate(k);
+    }
+    order.sort_unstable_by(by_logit);
+    order
+}

@@ -98,38 +98,12 @@ impl ArgGrounding {
         !v.is_empty() && self.folded.contains(&v)
     }
 
-    /// Is `text` a piece of the conversation that a quotation may be or begin with: it
-    /// occurs there, in the same case, starting at the start of a word (when it starts
-    /// with a letter or digit), with no leading whitespace and no run of more than one
-    /// space; when `closed`, also ending at the end of a word, with no trailing
-    /// whitespace, and not empty. Stricter than [`ArgGrounding::stated`], which judges
-    /// what the model wrote: a quotation is the conversation's text, not cut mid-word
-    /// ("t" of "the").
+    /// Is `text` a piece of the conversation that a quotation may be or begin with, in
+    /// its own case ([`super::quote::quotable_in`] on the conversation with single
+    /// spaces)? Stricter than [`ArgGrounding::stated`], which judges what the model
+    /// wrote.
     pub fn quotable(&self, text: &str, closed: bool) -> bool {
-        if text.is_empty() {
-            return !closed;
-        }
-        if text.starts_with(char::is_whitespace) || (closed && text.ends_with(char::is_whitespace))
-        {
-            return false;
-        }
-        let t = text;
-        let doc = &self.spaced;
-        let alnum = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
-        let word_start = !alnum(t.chars().next());
-        let word_end = !alnum(t.chars().next_back());
-        let mut from = 0;
-        while let Some(k) = doc[from..].find(t) {
-            let i = from + k;
-            let j = i + t.len();
-            let starts = word_start || !alnum(doc[..i].chars().next_back());
-            let ends = !closed || word_end || !alnum(doc[j..].chars().next());
-            if starts && ends {
-                return true;
-            }
-            from = i + doc[i..].chars().next().map_or(1, char::len_utf8);
-        }
-        false
+        super::quote::quotable_in(&self.spaced, text, closed)
     }
 
     /// Do these bytes (a quotation's start that ends inside a character) occur in the
@@ -163,6 +137,15 @@ impl ArgGrounding {
         // The call's end: the `}` of `{"name": …}` before its closing tag.
         let end = find_last(&out[start..], b"}\n</tool_call>").map_or(out.len(), |e| start + e);
         Some(Region { start, end, fields })
+    }
+}
+
+impl super::quote::Quotable for ArgGrounding {
+    fn quotable(&self, text: &str, closed: bool) -> bool {
+        ArgGrounding::quotable(self, text, closed)
+    }
+    fn quotable_bytes(&self, bytes: &[u8]) -> bool {
+        ArgGrounding::quotable_bytes(self, bytes)
     }
 }
 
