@@ -14,18 +14,9 @@ use formwork_models::runtime::LanguageModel;
 use super::super::ground::args::ArgField;
 use super::super::ground::quote::quoted_fits;
 use super::super::ground::{self, ArgGrounding};
+use super::mark::Mark;
 use super::sample::{best_allowed, full_mask, masked_p};
 use super::{Codec, DecodeOutput};
-
-/// The loop's state before a grounded string: where it is taken back to.
-struct Mark {
-    matcher: Matcher,
-    logits: Vec<f32>,
-    pos: usize,
-    tokens: usize,
-    bytes: usize,
-    ranges: usize,
-}
 
 pub(super) struct ArgGrounder<'a> {
     g: Option<&'a ArgGrounding>,
@@ -84,14 +75,7 @@ impl<'a> ArgGrounder<'a> {
                     .is_none_or(|m| m.bytes != r.start + start)
         });
         if (at_value || at_quote) && self.mark.as_ref().map(|m| m.bytes) != Some(out.bytes.len()) {
-            self.mark = Some(Mark {
-                matcher: matcher.clone(),
-                logits: logits.to_vec(),
-                pos,
-                tokens: out.tokens.len(),
-                bytes: out.bytes.len(),
-                ranges: out.forced_ranges.len(),
-            });
+            self.mark = Some(Mark::at(matcher, Some(logits), pos, out));
         }
     }
 
@@ -160,9 +144,9 @@ impl<'a> ArgGrounder<'a> {
         Ok(None)
     }
 
-    /// Back to `mark`, then `text` as forced tokens; the logits after them (the mark's
-    /// own when `text` is empty). `None` when the grammar refuses the text or the
-    /// model cannot truncate its cache.
+    /// Back to `mark`, then `text` as forced tokens ([`Mark::replay`]); the logits
+    /// after them. `None` when the grammar refuses the text or the model cannot
+    /// truncate its cache.
     #[allow(clippy::too_many_arguments)]
     fn replay(
         &mut self,
@@ -174,33 +158,11 @@ impl<'a> ArgGrounder<'a> {
         mark: &Mark,
         text: &[u8],
     ) -> formwork_models::Result<Option<Vec<f32>>> {
-        let replay = match std::str::from_utf8(text) {
-            Ok("") => Vec::new(),
-            Ok(t) => codec.encode(t),
-            Err(_) => return Ok(None),
-        };
-        let mut m = mark.matcher.clone();
-        let ok = replay
-            .iter()
-            .all(|&t| m.is_allowed(t) && m.commit(t).is_ok());
-        if !ok || (!text.is_empty() && replay.is_empty()) || !model.truncate(mark.pos) {
-            return Ok(None);
+        let logits = mark.replay(model, codec, matcher, pos, out, text, mark.bytes)?;
+        if logits.is_some() {
+            self.judged = out.bytes.len();
         }
-        *matcher = m;
-        out.probs.chosen.retain(|c| c.at < mark.bytes);
-        out.probs.odds.retain(|o| o.at < mark.bytes);
-        out.tokens.truncate(mark.tokens);
-        out.bytes.truncate(mark.bytes);
-        out.forced_ranges.truncate(mark.ranges);
-        *pos = mark.pos;
-        self.judged = out.bytes.len();
-        if replay.is_empty() {
-            return Ok(Some(mark.logits.clone()));
-        }
-        out.push(codec, &replay, false, true);
-        let logits = out.forward(model, &replay, pos)?;
-        self.judged = out.bytes.len();
-        Ok(Some(logits))
+        Ok(logits)
     }
 
     /// The pick while a string is written as a quotation: the best token, by logit,

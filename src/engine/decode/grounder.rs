@@ -14,23 +14,13 @@ use formwork_models::runtime::LanguageModel;
 
 use super::super::confidence::{self, Chosen};
 use super::super::ground::{self, Grounding};
+use super::mark::Mark;
 use super::{Codec, DecodeOutput};
 
 /// The loop's state just before a value that may be grounded: where a grounded string
 /// that fails is taken back to.
 struct Checkpoint {
     model: Box<dyn LanguageModel>,
-    matcher: Matcher,
-    pos: usize,
-    tokens: usize,
-    bytes: usize,
-    ranges: usize,
-}
-
-/// A place in the loop to go back to by truncating the model's KV cache (no
-/// snapshot): taken at every decision point inside an array when rows are judged.
-#[derive(Clone)]
-struct Mark {
     matcher: Matcher,
     pos: usize,
     tokens: usize,
@@ -123,13 +113,7 @@ impl<'a> Grounder<'a> {
                     self.row_mark = Some(m);
                 }
             }
-            self.last_mark = s.in_array.then(|| Mark {
-                matcher: matcher.clone(),
-                pos,
-                tokens: out.tokens.len(),
-                bytes: out.bytes.len(),
-                ranges: out.forced_ranges.len(),
-            });
+            self.last_mark = s.in_array.then(|| Mark::at(matcher, None, pos, out));
             if !s.open_value && self.last_mark.is_some() {
                 self.value_mark.clone_from(&self.last_mark);
             }
@@ -421,28 +405,9 @@ impl<'a> Grounder<'a> {
         text: &[u8],
         keep: usize,
     ) -> formwork_models::Result<Option<Vec<f32>>> {
-        let replay = std::str::from_utf8(text)
-            .ok()
-            .map(|t| codec.encode(t))
-            .unwrap_or_default();
-        let mut m = mark.matcher.clone();
-        let ok = !replay.is_empty()
-            && replay
-                .iter()
-                .all(|&t| m.is_allowed(t) && m.commit(t).is_ok());
-        if !ok || !model.truncate(mark.pos) {
+        let Some(logits) = mark.replay(model, codec, matcher, pos, out, text, keep)? else {
             return Ok(None);
-        }
-        *matcher = m;
-        let probs = &mut out.probs;
-        probs.chosen.retain(|c| c.at < keep);
-        probs.odds.retain(|o| o.at < keep);
-        out.tokens.truncate(mark.tokens);
-        out.bytes.truncate(mark.bytes);
-        out.forced_ranges.truncate(mark.ranges);
-        out.push(codec, &replay, false, true);
-        *pos = mark.pos;
-        let logits = out.forward(model, &replay, pos)?;
+        };
         self.judged = out.bytes.len();
         self.checkpoint = self.checkpoint.take().filter(|c| c.bytes <= mark.bytes);
         self.forget_after(mark.bytes, out);

@@ -38,6 +38,7 @@ mod free;
 mod ground_args;
 mod grounder;
 mod lookahead;
+mod mark;
 mod masked;
 mod null;
 mod options;
