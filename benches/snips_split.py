@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Split the SNIPS train examples into a held-out set and a shot pool.
 
-No default of formwork (null margin, review threshold, shot count, prompt wording) was
+No default of formwork (null margin, review threshold, shot count, prompt wording) but
+`--fill-above` (set on both halves, each with the other's shots: docs/extraction.md) was
 set on the records this writes as held out: they are train-split records
 (`../shared/data/extraction/snips_train_examples.jsonl`), never in the public set, and
 the shots for them come from the other half only. Per intent, records in file order
