@@ -271,4 +271,24 @@ mod tests {
         assert_eq!(bench(&["--grounded"]), GroundArg(Some(GroundMode::Stated)));
         assert_eq!(bench(&["--grounded=off"]), GroundArg(None));
     }
+
+    #[test]
+    fn fill_above_is_a_probability_weighing_on_by_default() {
+        let a = extract(&[]);
+        assert_eq!(a.fill_above, crate::engine::DEFAULT_FILL_ABOVE);
+        assert!(!a.no_weigh_nulls);
+        assert_eq!(extract(&["--fill-above", "1"]).fill_above, 1.0);
+        for bad in ["2", "most"] {
+            let argv = [
+                "formwork",
+                "extract",
+                "--schema",
+                "s.json",
+                "--fill-above",
+                bad,
+            ];
+            let e = Cli::try_parse_from(argv).err().expect("refused");
+            assert!(e.to_string().contains("--fill-above"), "{e}");
+        }
+    }
 }
