@@ -287,7 +287,7 @@ mod tests {
                 "--fill-above",
                 bad,
             ];
-            let e = Cli::try_parse_from(argv).err().expect("refused");
+            let e = Cli::try_parse_from(argv).expect_err("refused");
             assert!(e.to_string().contains("--fill-above"), "{e}");
         }
     }

@@ -15,7 +15,7 @@ use super::super::ground::args::ArgField;
 use super::super::ground::quote::quoted_fits;
 use super::super::ground::{self, ArgGrounding};
 use super::mark::Mark;
-use super::sample::{best_allowed, full_mask, masked_p};
+use super::sample::{best_fitting, full_mask, masked_p};
 use super::{Codec, DecodeOutput};
 
 pub(super) struct ArgGrounder<'a> {
@@ -28,9 +28,6 @@ pub(super) struct ArgGrounder<'a> {
     /// The strings (output offsets of their opening quotes) already written again.
     redone: Vec<usize>,
 }
-
-/// Cap on the tokens tried for one quoted pick, best first.
-const MAX_TRIED: usize = 4096;
 
 impl<'a> ArgGrounder<'a> {
     pub(super) fn new(g: Option<&'a ArgGrounding>) -> Self {
@@ -167,7 +164,7 @@ impl<'a> ArgGrounder<'a> {
 
     /// The pick while a string is written as a quotation: the best token, by logit,
     /// that the mask allows and that keeps the string a piece of the conversation (or
-    /// closes it as one). `None` when none of the best [`MAX_TRIED`] does: quoting
+    /// closes it as one). `None` when none of the best [`super::sample::MAX_TRIED`] does: quoting
     /// stops and the loop picks as usual.
     pub(super) fn pick_quoted(
         &mut self,
@@ -179,11 +176,10 @@ impl<'a> ArgGrounder<'a> {
     ) -> Option<(u32, f64)> {
         let (g, start) = (self.g?, self.quoting?);
         full_mask(matcher, mask, &mut out.stats);
-        let order = best_allowed(logits, mask, MAX_TRIED);
         let so_far = &out.bytes[start + 1..];
         let bytes = codec.token_bytes();
         let fits = |t: u32| quoted_fits(g, so_far, &bytes[t as usize]);
-        match order.iter().copied().find(|&t| fits(t)) {
+        match best_fitting(logits, mask, fits) {
             Some(t) => Some((t, masked_p(logits, mask, t, 1.0))),
             None => {
                 self.quoting = None;

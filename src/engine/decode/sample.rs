@@ -86,8 +86,23 @@ pub(super) fn full_mask(matcher: &mut Matcher, mask: &mut TokenSet, stats: &mut 
     stats.mask_ns.push(t.elapsed().as_nanos() as u64);
 }
 
+/// Cap on the tokens [`best_fitting`] tries, best first.
+pub(super) const MAX_TRIED: usize = 4096;
+
+/// The best token, by logit, that `mask` allows and `fits` takes (a quotation's next
+/// token), among the best [`MAX_TRIED`] allowed ones.
+pub(super) fn best_fitting(
+    logits: &[f32],
+    mask: &TokenSet,
+    fits: impl Fn(u32) -> bool,
+) -> Option<u32> {
+    best_allowed(logits, mask, MAX_TRIED)
+        .into_iter()
+        .find(|&t| fits(t))
+}
+
 /// The tokens `mask` allows (finite logits), best first, at most `k` of them.
-pub(super) fn best_allowed(logits: &[f32], mask: &TokenSet, k: usize) -> Vec<u32> {
+fn best_allowed(logits: &[f32], mask: &TokenSet, k: usize) -> Vec<u32> {
     let mut order: Vec<u32> = (0..logits.len() as u32)
         .filter(|&t| mask.contains(t) && logits[t as usize].is_finite())
         .collect();

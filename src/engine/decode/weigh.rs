@@ -5,8 +5,9 @@
 //! keeps the string a piece of the document, until the string closes. Its
 //! probability, given that a value is written, is what the `null` is weighed against
 //! ([`crate::engine::confidence::NullRule::Weighed`]). The model's cache is then
-//! truncated back (no snapshot), unless the caller takes the value (the null
-//! lookahead, when it weighs more than the `null`).
+//! truncated back (no snapshot), unless the value is written instead (above
+//! `DecodeOptions::fill_above`, or with the null lookahead above the `null`'s own
+//! probability).
 
 use formwork_grammar::matcher::Matcher;
 use formwork_grammar::toktrie::TokenSet;
@@ -17,13 +18,11 @@ use super::super::ground::Grounding;
 use super::feed::commit_sampled;
 use super::grounder::Grounder;
 use super::null::starts_null;
-use super::sample::{allowed_p, best_allowed, full_mask, masked_p};
+use super::sample::{allowed_p, best_fitting, full_mask, masked_p};
 use super::{Codec, DecodeOptions, DecodeOutput, DecodeStats, WeighedNull};
 
 /// The most tokens a weighed value may take.
 const MAX_TOKENS: usize = 16;
-/// Cap on the tokens tried for one pick, best first.
-const MAX_TRIED: usize = 4096;
 /// A quotation whose probability falls below this is given up: weighed against it, a
 /// `null` would keep a confidence of 0.999 or more, as against the best value start.
 const MIN_WHOLE: f64 = 1e-3;
@@ -88,10 +87,7 @@ pub(super) fn weigh_null(
                 quoted_fits(quote, &content, b)
             }
         };
-        let Some(t) = best_allowed(&logits, mask, MAX_TRIED)
-            .into_iter()
-            .find(|&t| fits(t))
-        else {
+        let Some(t) = best_fitting(&logits, mask, fits) else {
             break;
         };
         let p = masked_p(&logits, mask, t, 1.0);
@@ -134,7 +130,7 @@ pub(super) fn weigh_null(
     Ok(None)
 }
 
-/// After the model picked `null` (`picked`) at the grounded text field `field`: weighs
+/// After the model picked `null` (`picked`) at the grounded text field `pattern`: weighs
 /// it against the document's best quotation ([`weigh_null`]), records the weighing
 /// (`NullOdds::whole`, `DecodeStats::weighed`), and returns the pick: the `null`, or,
 /// when the quotation is written instead (greedy, above `opts.fill_above`, or with the
