@@ -114,9 +114,7 @@ impl quote::Quotable for FieldQuote<'_> {
         quote::quotable_in(self.folded, &text.to_lowercase(), closed)
     }
     fn quotable_bytes(&self, bytes: &[u8]) -> bool {
-        let b = bytes.to_ascii_lowercase();
-        let d = self.folded.as_bytes();
-        !b.is_empty() && d.windows(b.len()).any(|w| w == b.as_slice())
+        quote::bytes_occur(self.folded.as_bytes(), &bytes.to_ascii_lowercase())
     }
 }
 

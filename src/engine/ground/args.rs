@@ -109,8 +109,7 @@ impl ArgGrounding {
     /// Do these bytes (a quotation's start that ends inside a character) occur in the
     /// conversation?
     pub fn quotable_bytes(&self, bytes: &[u8]) -> bool {
-        let d = self.spaced.as_bytes();
-        !bytes.is_empty() && d.windows(bytes.len()).any(|w| w == bytes)
+        super::quote::bytes_occur(self.spaced.as_bytes(), bytes)
     }
 
     /// The JSON value of a tool turn's output being written or last written: the

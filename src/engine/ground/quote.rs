@@ -40,6 +40,12 @@ pub fn quotable_in(doc: &str, text: &str, closed: bool) -> bool {
     false
 }
 
+/// Do `bytes` (a quotation's start that ends inside a character) occur in `doc`? Never
+/// when empty.
+pub fn bytes_occur(doc: &[u8], bytes: &[u8]) -> bool {
+    !bytes.is_empty() && doc.windows(bytes.len()).any(|w| w == bytes)
+}
+
 /// Does `tok` after the string content `so_far` (raw, as written) keep it a piece of
 /// `q`: the content with the token's bytes up to a closing quote is a quotation
 /// (closed) or may still become one (open)? A backslash (an escape) never fits.
