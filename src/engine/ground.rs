@@ -100,6 +100,9 @@ pub struct Grounding {
     evidence: Vec<String>,
     /// The document as given (an evidence quotation is taken whole from it).
     doc: String,
+    /// The fields that are an `enum` of strings, each with its members, folded
+    /// ([`Grounding::names_sibling_member`]).
+    enums: Vec<(String, Vec<String>)>,
 }
 
 /// A grounded field's text, as a quotation is read from it
@@ -137,10 +140,12 @@ impl Grounding {
             anywhere,
             row_strings,
             evidence,
+            enums,
         } = fields(schema, mode.is_some());
         let judged = !patterns.is_empty() || !date_patterns.is_empty() || !evidence.is_empty();
         (judged || (mode.is_some() && row_strings)).then(|| Grounding {
             evidence,
+            enums,
             patterns,
             anywhere,
             days: if date_patterns.is_empty() {
@@ -161,14 +166,37 @@ impl Grounding {
     /// values of the same answer (pattern, value)? It must be stated in the document's
     /// body ([`body`]; the whole document for a field marked `"anywhere"`) and, in
     /// `distinct` mode, not repeat the value of an earlier *other* field (rows of an
-    /// array may share a value: two lines can both be "2 pz").
+    /// array may share a value: two lines can both be "2 pz"), nor name a member of
+    /// a sibling field's `enum` ([`Grounding::names_sibling_member`]).
     pub fn stands<'a>(
         &self,
         pattern: &str,
         value: &str,
         earlier: impl Iterator<Item = (&'a str, &'a str)>,
     ) -> bool {
-        self.holds_at(pattern, value) && !self.repeats(pattern, value, earlier)
+        self.holds_at(pattern, value)
+            && !self.repeats(pattern, value, earlier)
+            && !self.names_sibling_member(pattern, value)
+    }
+
+    /// In `distinct` mode: is `value`, at the free-text field `pattern`, one of the
+    /// members of an `enum` field of the same object (case and spaces aside)? Such a
+    /// value is that field's: the enum names the kind of thing it is. A small model
+    /// asked for `restaurant_name` and `restaurant_type` in "book an oyster bar" puts
+    /// "oyster bar" in the name, and the type's `null` after it; taken back, the name
+    /// is `null` and the type is free to take it.
+    pub fn names_sibling_member(&self, pattern: &str, value: &str) -> bool {
+        if !self.distinct || self.enums.iter().any(|(p, _)| p == pattern) {
+            return false;
+        }
+        let Some(cut) = pattern.rfind('/') else {
+            return false;
+        };
+        let parent = &pattern[..cut];
+        let v = fold(value);
+        self.enums.iter().any(|(p, members)| {
+            p.rfind('/').is_some_and(|c| &p[..c] == parent) && members.contains(&v)
+        })
     }
 
     fn repeats<'a>(
@@ -416,6 +444,29 @@ fn admits(root: &Value, v: &Value, depth: usize) -> Admits {
     a
 }
 
+/// The string members of `v`'s `enum` (or of the enums of its `anyOf`/`oneOf`
+/// branches), folded; empty for anything else.
+fn enum_strings(root: &Value, v: &Value, depth: usize) -> Vec<String> {
+    let Value::Object(m) = resolve(root, v) else {
+        return Vec::new();
+    };
+    if depth > 8 {
+        return Vec::new();
+    }
+    if let Some(Value::Array(e)) = m.get("enum") {
+        return e.iter().filter_map(Value::as_str).map(fold).collect();
+    }
+    let mut out = Vec::new();
+    for key in ["anyOf", "oneOf"] {
+        if let Some(Value::Array(bs)) = m.get(key) {
+            for b in bs {
+                out.extend(enum_strings(root, b, depth + 1));
+            }
+        }
+    }
+    out
+}
+
 /// Is `v` marked grounded: `"x-formwork-grounded": true`, or `"anywhere"` (judged
 /// against the whole document, greeting and signature included)?
 fn marked(v: &Value) -> bool {
@@ -537,6 +588,8 @@ struct Fields {
     row_strings: bool,
     /// The fields marked [`EVIDENCE`].
     evidence: Vec<String>,
+    /// The fields that are an `enum` of strings, with their members, folded.
+    enums: Vec<(String, Vec<String>)>,
 }
 
 fn fields(schema: &Value, all_nullable_strings: bool) -> Fields {
@@ -570,6 +623,10 @@ fn walk(root: &Value, v: &Value, pat: &mut String, all: bool, out: &mut Fields, 
             out.dates.push(pat.clone());
         }
         return;
+    }
+    let members = enum_strings(root, v, 0);
+    if !members.is_empty() && !out.enums.iter().any(|(p, _)| p == pat) {
+        out.enums.push((pat.clone(), members));
     }
     let a = admits(root, v, 0);
     out.row_strings |= a.string && pat.contains("/*/");
@@ -726,6 +783,24 @@ mod tests {
         let mut rows =
             json!({"rows": [{"note": "Belgium"}, {"note": "Belgium"}], "unit": "belgium"});
         assert_eq!(g.apply(&mut rows), ["/unit"]);
+    }
+
+    #[test]
+    fn distinct_mode_leaves_a_sibling_enums_member_to_that_enum() {
+        let doc = "rate this Star trek book 5 point stars";
+        let stated = Grounding::new(&snips_like(), Some(GroundMode::Stated), doc).unwrap();
+        let g = Grounding::new(&snips_like(), Some(GroundMode::Distinct), doc).unwrap();
+        assert!(stated.stands("/name", "star", std::iter::empty()));
+        assert!(!g.stands("/name", "star", std::iter::empty()));
+        assert!(!g.stands("/name", " Point ", std::iter::empty()));
+        // A value that only holds a member is not one.
+        assert!(g.stands("/name", "Star trek", std::iter::empty()));
+        // The enum's own value, and a free-text field of another object.
+        assert!(g.stands("/unit", "star", std::iter::empty()));
+        assert!(g.stands("/loc/city", "star", std::iter::empty()));
+        let mut v = json!({"name": "Star", "unit": null, "loc": {"city": "point"}});
+        assert_eq!(g.apply(&mut v), ["/name"]);
+        assert_eq!(v["loc"]["city"], "point");
     }
 
     #[test]
