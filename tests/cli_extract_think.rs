@@ -190,3 +190,101 @@ fn a_model_without_think_markers_is_refused_in_one_line() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `formwork bench --think-budget N` on the same file: the report says how it ran,
+/// keeps each record's thought apart from the value it scores, and counts the thought
+/// tokens and the blocks the budget closed; a model without markers is refused.
+#[test]
+fn bench_think_budget_keeps_each_records_thought_in_the_report() {
+    let Some(vocab) = common::qwen2_vocab() else {
+        return;
+    };
+    let dir = scratch("bench-think");
+    let model = dir.join("qwen3-think.gguf");
+    common::synth_qwen3(&vocab, &model);
+    let markers = marker_tokens(&model);
+    let schema: Value = serde_json::from_str(SCHEMA).unwrap();
+    let mut data = String::new();
+    for (id, text, qty) in [("a", "Send 3 boxes.", 3), ("b", "Two crates, please.", 2)] {
+        let line = serde_json::json!({"id": id, "text": text, "schema": schema,
+            "schema_name": "Qty", "expected": {"qty": qty}});
+        data.push_str(&format!("{line}\n"));
+    }
+    std::fs::write(dir.join("data.jsonl"), data).unwrap();
+    let bench = |args: &[&str], env: &[(&str, &Path)], code: i32| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_formwork"));
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let out = c
+            .current_dir(&dir)
+            .args(["bench", "--dataset", "data.jsonl", "--modes", "masked"])
+            .args(["--max-tokens", "16", "--report", "rep"])
+            .args(args)
+            .output()
+            .expect("run formwork bench");
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    let m = model.to_str().unwrap();
+    let out = bench(&["--model", m, "--think-budget", "8"], &[], 0);
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("thinking up to 8 tokens"), "{md}");
+    assert!(md.contains("thought tok/record"), "{md}");
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("rep/report.json")).unwrap()).unwrap();
+    assert_eq!(report["think"], 8);
+    let records = report["records"].as_array().unwrap();
+    assert_eq!(records.len(), 2);
+    let mut total = 0;
+    let mut cut = 0;
+    let mut short = 0;
+    for r in records {
+        short += usize::from(r["cut_short"] == Value::Bool(true));
+        assert_eq!(r["verdict"], "valid", "{r}");
+        assert!(r["reasoning"].is_string(), "{r}");
+        let n = r["tokens_reasoning"].as_u64().unwrap() as usize;
+        let (open, close, after) = markers;
+        if r["reasoning_cut"] == Value::Bool(true) {
+            assert_eq!(n, open + 8 + close + after, "{r}");
+            cut += 1;
+        } else {
+            assert!(n > 0 && n <= open + 8 + after, "{r}");
+        }
+        assert!(r["value"]["qty"].is_i64(), "the value is the answer's: {r}");
+        total += n;
+    }
+    let s = &report["overall"]["masked"];
+    assert_eq!(s["tokens_reasoning_total"], total);
+    assert_eq!(s["reasoning_cut"], cut);
+    assert_eq!(s["cut_short"], short);
+
+    // Not asked: no thought in the report.
+    bench(&["--model", m], &[], 0);
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("rep/report.json")).unwrap()).unwrap();
+    assert!(report["think"].is_null());
+    assert_eq!(report["overall"]["masked"]["tokens_reasoning_total"], 0);
+    assert!(report["records"][0].get("reasoning").is_none());
+
+    if let Some(home) = common::home_with_smollm2() {
+        let env = [("FORMWORK_HOME", home.as_path())];
+        let out = bench(
+            &["--model", "smollm2-135m", "--device", "cpu", "--think"],
+            &env,
+            2,
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("--think (a budget of 1024 tokens)"),
+            "{stderr}"
+        );
+        assert!(stderr.contains("no think markers"), "{stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

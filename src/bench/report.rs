@@ -31,6 +31,8 @@ pub struct Report {
     /// `--no-weigh-nulls` (false) and `--fill-above`, as run.
     pub weigh_nulls: bool,
     pub fill_above: f64,
+    /// `--think` / `--think-budget`: the thought budget (`None`: not asked to think).
+    pub think: Option<usize>,
     /// `--kv-cache`: `f32` or `f16`.
     pub kv_cache: &'static str,
     pub overall: BTreeMap<String, Summary>,
@@ -77,7 +79,12 @@ fn priors(r: &Report) -> String {
         (true, false) => ", nulls weighed".to_string(),
         (true, true) => format!(", nulls weighed, filled above {}", r.fill_above),
     };
-    bias + &weigh
+    let think = match r.think {
+        None => String::new(),
+        Some(0) => ", thinking off".to_string(),
+        Some(n) => format!(", thinking up to {n} tokens"),
+    };
+    bias + &weigh + &think
 }
 
 /// The markdown tables printed on stdout: quality first (with the all-null baseline
@@ -167,6 +174,18 @@ pub fn markdown(r: &Report) -> String {
             opt(x.mask_us_p50, 1),
             opt(x.mask_us_p99, 1),
         ));
+    }
+    if r.think.is_some_and(|n| n > 0) {
+        s.push_str("\nThinking: the think blocks' tokens per record (markers included; inside tok/record above), the records whose block the budget closed, and the answers the budget steering shortened (valid, but cut to fit).\n\n| mode | thought tok/record | closed by the budget | answers cut short |\n|---|---|---|---|\n");
+        for (mode, x) in &r.overall {
+            s.push_str(&format!(
+                "| {mode} | {:.1} | {} of {} | {} |\n",
+                x.tokens_reasoning_total as f64 / x.records.max(1) as f64,
+                x.reasoning_cut,
+                x.records,
+                x.cut_short,
+            ));
+        }
     }
     s.push_str("\nReview by confidence: of the wrong values (wrong, false fill or miss), the share among the least confident 5%, 10% and 20% of all values; the values below 0.5 (the default `--review-below`) and the wrong ones among them.\n\n| mode | values | wrong | least 5% | least 10% | least 20% | below 0.5: values / wrong |\n|---|---|---|---|---|---|---|\n");
     for (mode, x) in &r.overall {

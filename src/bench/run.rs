@@ -237,6 +237,7 @@ pub fn run(
         grounded: cfg.opts.grounded,
         weigh_nulls: cfg.opts.weigh_nulls,
         fill_above: cfg.opts.fill_above,
+        think: cfg.opts.think,
         kv_cache: engine.model().kv.name(),
         overall,
         per_schema,

@@ -48,6 +48,15 @@ pub struct RecordResult {
     pub tokens_prompt: usize,
     pub tokens_generated: usize,
     pub tokens_forced: usize,
+    /// With `--think`: the think block's tokens (markers included, counted in
+    /// `tokens_generated`/`tokens_forced` too), whether the budget closed it, and the
+    /// thought itself; the value scored is the answer alone.
+    pub tokens_reasoning: usize,
+    pub reasoning_cut: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+    /// The budget steering shortened the answer to end it valid within its tokens.
+    pub cut_short: bool,
     pub forward_passes: usize,
     /// Jump-forward spans, and those not tokenised as the tokenizer encodes the
     /// output text; whether the output's tokens differ from that encoding anywhere.
@@ -189,6 +198,10 @@ pub fn score(case: &Case, mode: BenchMode, ex: &Extraction, exact_strings: bool)
         tokens_prompt: ex.tokens_prompt,
         tokens_generated: ex.tokens_generated,
         tokens_forced: ex.tokens_forced,
+        tokens_reasoning: ex.tokens_reasoning,
+        reasoning_cut: ex.reasoning_cut,
+        reasoning: ex.reasoning.clone(),
+        cut_short: ex.cut_short,
         forward_passes: ex.forward_passes,
         forced_spans: ex.forced_spans,
         forced_spans_noncanonical: ex.forced_spans_noncanonical,

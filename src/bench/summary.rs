@@ -47,6 +47,12 @@ pub struct Summary {
     pub tokens_prompt_total: usize,
     pub tokens_generated_total: usize,
     pub tokens_forced_total: usize,
+    /// With `--think`: the think blocks' tokens (inside the totals above), and the
+    /// records whose block the budget closed.
+    pub tokens_reasoning_total: usize,
+    pub reasoning_cut: usize,
+    /// Answers the budget steering shortened to end them valid within their tokens.
+    pub cut_short: usize,
     pub tokens_per_record: f64,
     pub forced_share: f64,
     pub forward_passes_total: usize,
@@ -184,6 +190,9 @@ pub fn summarize(rs: &[&RecordResult]) -> Summary {
         tokens_prompt_total: rs.iter().map(|r| r.tokens_prompt).sum(),
         tokens_generated_total: generated,
         tokens_forced_total: forced,
+        tokens_reasoning_total: rs.iter().map(|r| r.tokens_reasoning).sum(),
+        reasoning_cut: rs.iter().filter(|r| r.reasoning_cut).count(),
+        cut_short: rs.iter().filter(|r| r.cut_short).count(),
         tokens_per_record: (generated + forced) as f64 / n,
         forced_share: if generated + forced == 0 {
             0.0

@@ -40,6 +40,11 @@ pub struct BenchArgs {
     pub temperature: Option<f64>,
     #[arg(long, default_value_t = 256)]
     pub max_tokens: usize,
+    /// As `extract --think` / `--think-budget N`: each record's thought is kept in the
+    /// report (`reasoning`, `tokens_reasoning`, `reasoning_cut`), apart from the value
+    /// that is scored.
+    #[command(flatten)]
+    pub think: super::ThinkArgs,
     /// Compare strings exactly (default: trimmed and case-folded).
     #[arg(long)]
     pub exact_strings: bool,
@@ -200,7 +205,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
         "dataset {} has no records",
         dataset.display()
     );
-    let cfg = BenchConfig {
+    let mut cfg = BenchConfig {
         modes: a.modes.clone(),
         opts: ExtractOptions {
             max_tokens: a.max_tokens,
@@ -238,6 +243,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<ExitCode> {
     }
     let loaded = crate::load_model_with(&a.model, a.load.options()?)?;
     let mut engine = Engine::new(loaded);
+    cfg.opts.think = a.think.budget(&engine)?;
     let total = cases.len() * cfg.modes.len();
     let mut done = 0usize;
     let report = bench::run(&mut engine, &cases, &cfg, |r| {

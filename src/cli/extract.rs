@@ -42,17 +42,8 @@ pub struct ExtractArgs {
     /// Token budget for the answer (masked mode steers to a valid ending within it).
     #[arg(long, default_value_t = 512)]
     pub max_tokens: usize,
-    /// A reasoning model (think markers in its chat template or vocabulary: Qwen3, the
-    /// DeepSeek-R1 distills) thinks first, up to 1024 thought tokens (serve's
-    /// `reasoning_effort: medium`), then answers; the envelope's `reasoning` holds the
-    /// thought, apart from the value. The thought's budget comes on top of
-    /// --max-tokens. A model without think markers is refused (exit 2).
-    #[arg(long, conflicts_with = "think_budget")]
-    pub think: bool,
-    /// --think with a budget of exactly N thought tokens; 0: answer without thought
-    /// (the template rendered with `enable_thinking: false`).
-    #[arg(long, value_name = "N")]
-    pub think_budget: Option<usize>,
+    #[command(flatten)]
+    pub think: super::ThinkArgs,
     /// Free mode: how many times to retry with the errors quoted.
     #[arg(long, default_value_t = 2)]
     pub retries: usize,
@@ -253,22 +244,8 @@ pub fn run(a: ExtractArgs) -> anyhow::Result<ExitCode> {
     };
     let loaded = crate::load_model_with(&a.model, a.load.options()?)?;
     let mut engine = Engine::new(loaded);
-    let think = a
-        .think_budget
-        .or(a.think.then_some(crate::engine::think::DEFAULT_BUDGET));
-    if let Some(n) = think.filter(|&n| n > 0) {
-        // Refused before any record runs: every one would be an error.
-        if engine.think_markers().is_none() {
-            let flag = match a.think_budget {
-                Some(_) => format!("--think-budget {n}"),
-                None => format!("--think (a budget of {n} tokens)"),
-            };
-            anyhow::bail!(
-                "{flag}: the model {} has no think markers in its chat template or vocabulary",
-                engine.model().name
-            );
-        }
-    }
+    // Refused before any record runs: every one would be an error.
+    let think = a.think.budget(&engine)?;
     if !engine.has_chat_template() {
         eprintln!(
             "note: model `{}` has no chat template; using a raw completion prompt",

@@ -33,6 +33,46 @@ pub fn parse_probability(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `--think` / `--think-budget N`, for `extract` and `bench`.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ThinkArgs {
+    /// A reasoning model (think markers in its chat template or vocabulary: Qwen3, the
+    /// DeepSeek-R1 distills) thinks first, up to 1024 thought tokens (serve's
+    /// `reasoning_effort: medium`), then answers; the thought is kept apart from the
+    /// value. The thought's budget comes on top of --max-tokens. A model without think
+    /// markers is refused (exit 2).
+    #[arg(long, conflicts_with = "think_budget")]
+    pub think: bool,
+    /// --think with a budget of exactly N thought tokens; 0: answer without thought
+    /// (the template rendered with `enable_thinking: false`).
+    #[arg(long, value_name = "N")]
+    pub think_budget: Option<usize>,
+}
+
+impl ThinkArgs {
+    /// The thought budget asked for (`None`: the model is not asked to think), checked
+    /// against the loaded model: a budget above 0 on a model without think markers is
+    /// refused before any record runs, in one line naming the flag and the model.
+    pub fn budget(&self, engine: &crate::engine::Engine) -> anyhow::Result<Option<usize>> {
+        let think = self
+            .think_budget
+            .or(self.think.then_some(crate::engine::think::DEFAULT_BUDGET));
+        if let Some(n) = think.filter(|&n| n > 0) {
+            if engine.think_markers().is_none() {
+                let flag = match self.think_budget {
+                    Some(_) => format!("--think-budget {n}"),
+                    None => format!("--think (a budget of {n} tokens)"),
+                };
+                anyhow::bail!(
+                    "{flag}: the model {} has no think markers in its chat template or vocabulary",
+                    engine.model().name
+                );
+            }
+        }
+        Ok(think)
+    }
+}
+
 /// clap's view of an engine enum, so that only this module knows clap: a `ValueEnum`
 /// with the same variants (their doc comments are the `--help` text) and `From` into
 /// the engine's type.
