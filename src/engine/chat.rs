@@ -254,11 +254,22 @@ impl Engine {
         };
         // A tool turn does not repeat a call already made ([`super::repeats`]).
         let repeats = matches!(constraint, Constraint::Tools(_)).then(|| {
+            let stated = messages
+                .iter()
+                .filter(|m| m.role == "user" || m.role == "tool")
+                .map(|m| m.content.as_str())
+                .collect::<Vec<_>>()
+                .join("\n");
             Arc::new(Repeats::new(
                 messages
                     .iter()
                     .filter(|m| m.role == "assistant")
                     .map(|m| m.content.as_str()),
+                &stated,
+                match constraint {
+                    Constraint::Tools(t) => t.params.iter().map(|(_, p)| p).collect(),
+                    _ => Vec::new(),
+                },
             ))
         });
         let arg_grounding = {
