@@ -65,16 +65,21 @@ fn check_thought(env: &Value, budget: usize, markers: (usize, usize, usize)) {
 /// `formwork extract --schema schema.json --max-tokens 16 ARGS` in `dir`; its exit code
 /// must be `code`.
 fn extract(dir: &Path, env: &[(&str, &Path)], args: &[&str], code: i32) -> Output {
+    let head = ["extract", "--schema", "schema.json", "--max-tokens", "16"];
+    formwork(dir, env, &[&head[..], args].concat(), code)
+}
+
+/// `formwork ARGS` in `dir` with `env`; its exit code must be `code`.
+fn formwork(dir: &Path, env: &[(&str, &Path)], args: &[&str], code: i32) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_formwork"));
     for (k, v) in env {
         c.env(k, v);
     }
     let out = c
         .current_dir(dir)
-        .args(["extract", "--schema", "schema.json", "--max-tokens", "16"])
         .args(args)
         .output()
-        .expect("run formwork extract");
+        .expect("run formwork");
     assert_eq!(
         out.status.code(),
         Some(code),
@@ -212,24 +217,9 @@ fn bench_think_budget_keeps_each_records_thought_in_the_report() {
     }
     std::fs::write(dir.join("data.jsonl"), data).unwrap();
     let bench = |args: &[&str], env: &[(&str, &Path)], code: i32| {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_formwork"));
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        let out = c
-            .current_dir(&dir)
-            .args(["bench", "--dataset", "data.jsonl", "--modes", "masked"])
-            .args(["--max-tokens", "16", "--report", "rep"])
-            .args(args)
-            .output()
-            .expect("run formwork bench");
-        assert_eq!(
-            out.status.code(),
-            Some(code),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
+        let head = ["bench", "--dataset", "data.jsonl", "--modes", "masked"];
+        let tail = ["--max-tokens", "16", "--report", "rep"];
+        formwork(&dir, env, &[&head[..], &tail[..], args].concat(), code)
     };
     let m = model.to_str().unwrap();
     let out = bench(&["--model", m, "--think-budget", "8"], &[], 0);

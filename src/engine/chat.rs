@@ -252,20 +252,22 @@ impl Engine {
             tokens_reasoning: 0,
             reasoning_cut: false,
         };
+        // What the conversation states (its user and tool messages): a grounded
+        // argument quotes it, and a turn's later calls take their new values from it.
+        let conversation = messages
+            .iter()
+            .filter(|m| m.role == "user" || m.role == "tool")
+            .map(|m| m.content.as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
         // A tool turn does not repeat a call already made ([`super::repeats`]).
         let repeats = matches!(constraint, Constraint::Tools(_)).then(|| {
-            let stated = messages
-                .iter()
-                .filter(|m| m.role == "user" || m.role == "tool")
-                .map(|m| m.content.as_str())
-                .collect::<Vec<_>>()
-                .join("\n");
             Arc::new(Repeats::new(
                 messages
                     .iter()
                     .filter(|m| m.role == "assistant")
                     .map(|m| m.content.as_str()),
-                &stated,
+                &conversation,
                 match constraint {
                     Constraint::Tools(t) => t.params.iter().map(|(_, p)| p).collect(),
                     _ => Vec::new(),
@@ -273,12 +275,6 @@ impl Engine {
             ))
         });
         let arg_grounding = {
-            let conversation = messages
-                .iter()
-                .filter(|m| m.role == "user" || m.role == "tool")
-                .map(|m| m.content.as_str())
-                .collect::<Vec<_>>()
-                .join("\n");
             match constraint {
                 Constraint::Tools(t) => ArgGrounding::new(
                     t.params.iter().map(|(n, s)| (n.as_str(), s)),
