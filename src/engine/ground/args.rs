@@ -23,7 +23,9 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use super::{admits, fold, marked, resolve, MAX_DEPTH};
+use super::super::source::resolve;
+use super::fields::{admits, marked};
+use super::{fold, MAX_DEPTH};
 
 /// One grounded string: its pattern (`/items/*/sku`), and whether it may be `null`.
 #[derive(Clone, Debug, PartialEq, Eq)]
