@@ -125,7 +125,7 @@ impl quote::Quotable for FieldQuote<'_> {
 }
 
 /// Lowercased, with each run of whitespace as one space, trimmed.
-fn fold(s: &str) -> String {
+pub(crate) fn fold(s: &str) -> String {
     s.split_whitespace()
         .collect::<Vec<_>>()
         .join(" ")

@@ -40,6 +40,7 @@ use std::sync::{Arc, Mutex};
 use formwork_grammar::tools::{CALL_SEP, CALL_TAG};
 
 use super::decode::Watch;
+use super::ground::fold;
 
 /// The closing tag of a call.
 const CLOSE_TAG: &[u8] = b"</tool_call>";
@@ -133,13 +134,6 @@ fn enum_members(schema: &serde_json::Value, out: &mut Vec<serde_json::Value>) {
         serde_json::Value::Array(a) => a.iter().for_each(|v| enum_members(v, out)),
         _ => {}
     }
-}
-
-fn fold(s: &str) -> String {
-    s.split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-        .to_lowercase()
 }
 
 /// The leaves of a call's arguments (`{"name": ..., "arguments": {...}}` between its
